@@ -1,0 +1,122 @@
+"""How sensitive is the export check, and where do its thresholds sit?
+
+    python -m stages.recipe tiny && dvc repro      # once, for models/sft-hf
+    python bench/export_check_calibration.py        # ~40 s per row
+
+Runs the export check (stages/lib/export_check.py) on the honest export in models/sft-hf/
+and on copies with one deliberate fault each (the config drift in MaxText's hard-coded
+table, and the weight-mapping mistakes a converter can make), and prints each one's KL,
+top-1 agreement and largest logit difference beside params.yaml's thresholds. The
+thresholds must pass the first row and fail every row that changes the model's function.
+"""
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import ml_dtypes
+import numpy as np
+import safetensors.numpy
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from stages import convert_out  # noqa: E402
+from stages.lib import gemma3  # noqa: E402
+from stages.lib.params import load  # noqa: E402
+
+EXPORT = convert_out.OUT
+
+
+def edit_config(**text_changes):
+    def apply(d):
+        path = os.path.join(d, "config.json")
+        with open(path) as f:
+            config = json.load(f)
+        config["text_config"].update(text_changes)
+        os.unlink(path)  # files are hard links to the real export: replace, never write through
+        with open(path, "w") as f:
+            json.dump(config, f)
+
+    return apply
+
+
+def edit_tensor(suffix: str, fn):
+    """Applies fn to the one tensor whose name ends with suffix (language model, Hub names)."""
+
+    def apply(d):
+        with open(os.path.join(d, "model.safetensors.index.json")) as f:
+            weight_map = json.load(f)["weight_map"]
+        name = next(n for n in weight_map if n.endswith(suffix))
+        path = os.path.join(d, weight_map[name])
+        tensors = safetensors.numpy.load_file(path)
+        tensors[name] = fn(tensors[name].astype(np.float32)).astype(ml_dtypes.bfloat16)
+        os.unlink(path)
+        safetensors.numpy.save_file(tensors, path, metadata={"format": "pt"})
+
+    return apply
+
+
+def swap_layers(a: int, b: int):
+    def apply(d):
+        with open(os.path.join(d, "model.safetensors.index.json")) as f:
+            weight_map = json.load(f)["weight_map"]
+        prefix = gemma3.HUB_PREFIX["language_model"] + "layers."
+        files = sorted(set(weight_map.values()))
+        loaded = {f: safetensors.numpy.load_file(os.path.join(d, f)) for f in files}
+        flat = {n: loaded[weight_map[n]][n] for n in weight_map}
+        for n in list(flat):
+            if n.startswith(f"{prefix}{a}."):
+                m = n.replace(f"{prefix}{a}.", f"{prefix}{b}.", 1)
+                flat[n], flat[m] = flat[m], flat[n]
+        for f in files:
+            os.unlink(os.path.join(d, f))
+            safetensors.numpy.save_file({n: flat[n] for n in weight_map if weight_map[n] == f}, os.path.join(d, f),
+                                        metadata={"format": "pt"})
+
+    return apply
+
+
+def reverse_heads(suffix: str, head_dim: int):
+    return edit_tensor(suffix, lambda w: w.reshape(-1, head_dim, w.shape[1])[::-1].reshape(w.shape))
+
+
+VARIANTS = [
+    ("honest export", None),
+    ("rope_theta 10000 (MaxText's table)", edit_config(rope_theta=10000.0)),
+    ("exact-erf gelu (MaxText's table)", edit_config(hidden_activation="gelu")),
+    ("no linear RoPE scaling", edit_config(rope_scaling=None)),
+    ("embedding x 1.01", edit_tensor("embed_tokens.weight", lambda w: w * 1.01)),
+    ("layer 3 input norm +1 (1+w convention dropped)", edit_tensor("layers.3.input_layernorm.weight", lambda w: w + 1)),
+    ("layer 2 gate_proj x 1.05", edit_tensor("layers.2.mlp.gate_proj.weight", lambda w: w * 1.05)),
+    ("layers 1 and 2 swapped", swap_layers(1, 2)),
+    ("layer 0 q_proj heads reversed", reverse_heads("layers.0.self_attn.q_proj.weight", 32)),
+]
+
+
+def main() -> None:
+    params = load()
+    limits = params["convert_out"]["check"]
+    rows = []
+    for label, corrupt in VARIANTS:
+        with tempfile.TemporaryDirectory(dir=".") as tmp:
+            copy = os.path.join(tmp, "export")
+            shutil.copytree(EXPORT, copy, copy_function=os.link)
+            if corrupt:
+                corrupt(copy)
+            report, failures = convert_out.check_export(params, copy, os.path.join(tmp, "report.json"))
+        rows.append((label, report, failures))
+        print(f"{label}: {'FAIL' if failures else 'pass'}", flush=True)
+
+    print(f"\nthresholds: max_kl {limits['max_kl']:g}, max_mean_kl {limits['max_mean_kl']:g}, "
+          f"min_top1_agreement {limits['min_top1_agreement']:g} (tie_margin {limits['tie_margin']:g})\n")
+    print(f"| {'variant':48s} | KL max   | KL mean  | top-1  | max |dlogit| | check | failed on")
+    print(f"|{'-' * 50}|----------|----------|--------|--------------|-------|----------")
+    for label, r, failures in rows:
+        print(f"| {label:48s} | {r['kl_max']:.2e} | {r['kl_mean']:.2e} | {r['top1_agreement']:.4f} | "
+              f"{r['max_abs_logit_diff']:12.4f} | {'FAIL' if failures else 'pass':5s} | {'; '.join(failures)[:90]}")
+
+
+if __name__ == "__main__":
+    main()

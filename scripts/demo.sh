@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The whole pipeline on the tiny recipe, on this machine's CPU, offline (~5 minutes):
+#
+#   scripts/demo.sh
+#
+# Builds .venv if needed, switches params.yaml to the tiny recipe and runs `dvc repro`.
+# Outputs: models/sft-hf (the fine-tuned HF checkpoint), metrics/, plots/. Run it again and
+# nothing re-runs; edit params.yaml (or `dvc exp run -S train.steps=60`) and only the
+# affected stages do.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+source .venv/bin/activate
+python -m stages.recipe tiny
+dvc repro "$@"
+echo
+echo "demo: done. The fine-tuned model is in models/sft-hf; metrics:"
+dvc metrics show

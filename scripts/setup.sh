@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Creates or updates .venv: Python 3.12 with the pinned CPU dependency set
+# (requirements/cpu.lock: MaxText, Tunix, JAX, DVC, transformers, a PyPI torch, pytest).
+#
+#   scripts/setup.sh
+#
+# Idempotent and cheap when nothing changed: it re-installs only when the lock file did.
+# On a TPU VM use the TPU set instead (README, "On a TPU VM").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+find_python() {
+  for py in python3.12 "$(command -v pyenv >/dev/null && pyenv root)/versions/3.12"*/bin/python3.12 python3; do
+    if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
+      echo "$py"; return 0
+    fi
+  done
+  echo "error: Python 3.12 not found (MaxText 0.2.5 needs it); install it, e.g. 'pyenv install 3.12'" >&2
+  return 1
+}
+
+if [ ! -x .venv/bin/python ]; then
+  py=$(find_python)
+  echo "setup: creating .venv with $py"
+  "$py" -m venv .venv
+fi
+
+stamp=.venv/.cpu-lock.sha256
+want=$(sha256sum requirements/cpu.lock | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing requirements/cpu.lock into .venv (first time: a few GB, about a minute)"
+  .venv/bin/python -m pip install -q --disable-pip-version-check "uv==0.13.9"
+  # The lock is fully resolved, so --no-deps installs exactly it (google-tunix declares heavy
+  # dependencies MaxText's SFT path never imports; see requirements/overrides.txt).
+  .venv/bin/python -m uv pip install -q --python .venv/bin/python --no-deps -r requirements/cpu.lock
+  echo "$want" > "$stamp"
+fi

@@ -1,0 +1,43 @@
+"""Stage base_model: the base Hugging Face checkpoint, materialised in models/base-hf/.
+
+    python -m stages.base_model
+
+Sources, chosen by `base_model.source`:
+  tiny - a Gemma-3-architecture model built offline from `base_model.tiny_seed`
+         (stages/lib/tiny_gemma3.py): real tokenizer and chat template, tiny dimensions.
+  hub  - `base_model.repo_id` downloaded at the commit `base_model.revision`.
+Either way the checkpoint is checked to be one MaxText can represent exactly before it is
+published, so a wrong architecture fails here rather than after conversion.
+"""
+
+import os
+
+from stages.lib import gemma3, hub, outputs, tiny_gemma3
+from stages.lib.cli import run
+from stages.lib.params import load
+
+OUT = os.path.join("models", "base-hf")
+
+
+def main() -> None:
+    params = load()
+    p = params["base_model"]
+    if p["source"] == "hub":
+        hub.check_access(p["repo_id"], p["revision"], "model")
+    with outputs.staged_dir(OUT) as tmp:
+        if p["source"] == "tiny":
+            print(f"base_model: building the tiny Gemma 3 (seed {p['tiny_seed']})", flush=True)
+            tiny_gemma3.build(tmp, seed=p["tiny_seed"])
+        else:
+            print(f"base_model: downloading {p['repo_id']}@{p['revision'][:12]}", flush=True)
+            hub.download_model(p["repo_id"], p["revision"], tmp)
+        try:
+            gemma3.detect_layout(tmp)
+            gemma3.maxtext_model_args(tmp, params["model"]["maxtext_name"])
+        except gemma3.CheckpointError as e:  # name the output, not the temporary directory
+            raise gemma3.CheckpointError(str(e).replace(tmp, OUT)) from None
+    print(f"base_model: wrote {OUT}", flush=True)
+
+
+if __name__ == "__main__":
+    run(main, "base_model")

@@ -1,0 +1,160 @@
+"""Gemma 3 checkpoints as MaxText sees them: architecture flags, key layouts, tokenizer.
+
+MaxText's converters describe a model by a hard-coded Hugging Face config keyed by
+`model_name` (`HF_MODEL_CONFIGS`), not by the checkpoint's own `config.json`. Everything
+here derives MaxText's view from the checkpoint instead, so a shrunken model, a changed
+vocabulary or a config MaxText's table gets wrong (its gemma3-4b entry has exact-erf `gelu`
+and `rope_theta=10000`, while MaxText trains with tanh-GELU and 1e6) all convert faithfully.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+
+from stages.lib.cli import UserError
+
+# Where each tower lives in the two layouts Gemma 3 checkpoints come in. MaxText's parameter
+# mapping names tensors the way transformers >= 4.52 holds them in memory; the Hub's
+# google/gemma-3-*-it files (and save_pretrained) use the older names.
+TRANSFORMERS_PREFIX = {
+    "language_model": "model.language_model.",
+    "vision_tower": "model.vision_tower.",
+    "multi_modal_projector": "model.multi_modal_projector.",
+}
+HUB_PREFIX = {
+    "language_model": "language_model.model.",
+    "vision_tower": "vision_tower.",
+    "multi_modal_projector": "multi_modal_projector.",
+}
+LAYOUTS = {"transformers": TRANSFORMERS_PREFIX, "hub": HUB_PREFIX}
+
+# MaxText hard-codes Gemma 3's attention pattern: five sliding-window layers, then one global.
+ATTENTION_PATTERN = ["sliding_attention"] * 5 + ["full_attention"]
+
+
+class CheckpointError(UserError):
+    """The base checkpoint is missing, unreadable, or not a Gemma 3 MaxText can represent."""
+
+
+def read_config(model_dir: str) -> dict:
+    path = os.path.join(model_dir, "config.json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: not found; run the base_model stage first (dvc repro base_model)") from None
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e})") from None
+
+
+def weight_names(model_dir: str) -> list[str]:
+    """Tensor names of a safetensors checkpoint (sharded with an index, or a single file)."""
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            return sorted(json.load(f)["weight_map"])
+    single = os.path.join(model_dir, "model.safetensors")
+    if os.path.exists(single):
+        from safetensors import safe_open
+
+        with safe_open(single, framework="np") as f:
+            return sorted(f.keys())
+    raise CheckpointError(f"{model_dir}: no model.safetensors.index.json or model.safetensors; is it a HF checkpoint?")
+
+
+def detect_layout(model_dir: str) -> str:
+    read_config(model_dir)  # a checkpoint without a readable config.json fails here, first
+    names = weight_names(model_dir)
+    for layout, prefix in LAYOUTS.items():
+        if any(n.startswith(prefix["language_model"]) for n in names):
+            return layout
+    raise CheckpointError(
+        f"{model_dir}: no Gemma 3 language-model tensors (expected names starting with "
+        f"'{HUB_PREFIX['language_model']}' or '{TRANSFORMERS_PREFIX['language_model']}')"
+    )
+
+
+def rename(name: str, src: dict, dst: dict) -> str:
+    for tower, prefix in src.items():
+        if name.startswith(prefix):
+            return dst[tower] + name[len(prefix) :]
+    return name
+
+
+def text_config(model_dir: str):
+    """The checkpoint's text config, normalised by transformers (rope_parameters and all)."""
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(model_dir)
+    return getattr(config, "text_config", config)
+
+
+def maxtext_model_args(model_dir: str, model_name: str) -> list[str]:
+    """MaxText flags that make its `model_name` architecture equal the checkpoint's config.
+
+    Raises CheckpointError for a config MaxText's Gemma 3 decoder cannot represent, rather
+    than converting it into a different model.
+    """
+    t = text_config(model_dir)
+    problems = []
+    if t.hidden_activation != "gelu_pytorch_tanh":
+        problems.append(f"hidden_activation={t.hidden_activation!r} (MaxText's Gemma 3 uses tanh-GELU)")
+    expected_scalar = t.head_dim if model_name in ("gemma3-4b", "gemma3-12b") else t.hidden_size // t.num_attention_heads
+    if t.query_pre_attn_scalar != expected_scalar:
+        problems.append(f"query_pre_attn_scalar={t.query_pre_attn_scalar} (MaxText's {model_name} scales queries by {expected_scalar}**-0.5)")
+    pattern = [ATTENTION_PATTERN[i % 6] for i in range(t.num_hidden_layers)]
+    if list(t.layer_types) != pattern:
+        problems.append("layer_types is not Gemma 3's 5-local/1-global pattern")
+    if t.final_logit_softcapping or t.attn_logit_softcapping:
+        problems.append("logit soft-capping is set (Gemma 3 has none)")
+    rope = t.rope_parameters
+    full, local = rope["full_attention"], rope["sliding_attention"]
+    if local.get("rope_type", "default") != "default" or full.get("rope_type") not in ("default", "linear"):
+        problems.append(f"rope_parameters={rope} (MaxText supports linear scaling of global layers only)")
+    if problems:
+        raise CheckpointError(f"{model_dir}/config.json: not convertible by MaxText: " + "; ".join(problems))
+    return [
+        f"model_name={model_name}",
+        "override_model_config=true",
+        f"base_emb_dim={t.hidden_size}",
+        f"base_mlp_dim={t.intermediate_size}",
+        f"base_num_decoder_layers={t.num_hidden_layers}",
+        f"base_num_query_heads={t.num_attention_heads}",
+        f"base_num_kv_heads={t.num_key_value_heads}",
+        f"head_dim={t.head_dim}",
+        f"vocab_size={t.vocab_size}",
+        f"sliding_window_size={t.sliding_window}",
+        f"normalization_layer_epsilon={t.rms_norm_eps}",
+        f"rope_max_timescale={int(full['rope_theta'])}",
+        f"local_rope_max_timescale={int(local['rope_theta'])}",
+        f"rope_linear_scaling_factor={float(full.get('factor', 1.0))}",
+    ]
+
+
+def maxtext_tokenizer_file() -> str:
+    import maxtext
+
+    return os.path.join(os.path.dirname(maxtext.__file__), "assets", "tokenizers", "tokenizer.gemma3")
+
+
+def gemma3_chat_template() -> str:
+    """Gemma 3's chat template, as MaxText ships it (identical across Gemma 3 sizes)."""
+    import maxtext
+
+    path = os.path.join(os.path.dirname(maxtext.__file__), "examples", "chat_templates", "gemma-3-27b-chat_template.json")
+    with open(path) as f:
+        return json.load(f)["chat_template"]
+
+
+def write_tokenizer(out_dir: str) -> None:
+    """The real Gemma 3 tokenizer (SentencePiece model shipped in the MaxText wheel) as HF files."""
+    import transformers
+
+    with tempfile.TemporaryDirectory() as spm_dir:
+        shutil.copy(maxtext_tokenizer_file(), os.path.join(spm_dir, "tokenizer.model"))
+        tokenizer = transformers.GemmaTokenizer.from_pretrained(spm_dir)
+        tokenizer.init_kwargs.pop("vocab_file", None)  # a temporary path: would make the files differ per build
+    tokenizer.chat_template = gemma3_chat_template()
+    tokenizer.save_pretrained(out_dir)
+    shutil.copy(maxtext_tokenizer_file(), os.path.join(out_dir, "tokenizer.model"))

@@ -1,0 +1,138 @@
+"""Launching MaxText's entry points: one child process each, offline, logged, watched.
+
+A stage calls `run(...)`; the child is `python -m stages.lib.maxtext_main <module> ...`
+(see there for why). Its full output goes to logs/<stage>.log; the terminal gets a short
+progress line now and then, and on failure the last lines of the log.
+"""
+
+import collections
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable
+
+from stages.lib import gemma3
+from stages.lib.cli import StageFailed
+
+LOG_DIR = "logs"
+JAX_CACHE_DIR = os.path.join(".cache", "jax")
+# Environment variables that may hold credentials. MaxText never needs them: every input it
+# reads is a local file the pipeline already fetched, so they are withheld from its process.
+SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ACCESS_TOKEN")
+
+
+class MaxTextFailed(StageFailed):
+    """MaxText exited non-zero; the message names the log and quotes its end."""
+
+
+def child_env(params: dict) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+    env.update(
+        HF_HUB_OFFLINE="1",  # inputs are local; without these MaxText still makes DNS look-ups
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TF_CPP_MIN_LOG_LEVEL="2",
+    )
+    if params["hardware"]["kind"] == "cpu":
+        env.update(JAX_PLATFORMS="cpu", DECOUPLE_GCLOUD="TRUE")
+    return env
+
+
+def common_args(params: dict, base_hf_dir: str) -> list[str]:
+    """Flags every entry point gets: the base checkpoint's architecture, hardware, caches."""
+    args = gemma3.maxtext_model_args(base_hf_dir, params["model"]["maxtext_name"])
+    args += [f"scan_layers={str(params['model']['scan_layers']).lower()}", f"jax_cache_dir={os.path.abspath(JAX_CACHE_DIR)}"]
+    if params["hardware"]["kind"] == "cpu":
+        args += ["hardware=cpu", "skip_jax_distributed_system=true"]
+    return args
+
+
+def _die_with_parent() -> None:
+    # If the stage is SIGKILLed, take MaxText down with it instead of leaving it training.
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def run(
+    stage: str,
+    module: str,
+    args: list[str],
+    params: dict,
+    hf_config: str | None = None,
+    hf_layout: str | None = None,
+    progress: Callable[[], str | None] | None = None,
+    progress_every: float = 2.0,
+) -> str:
+    """Runs `python -m module args` with the checkpoint's HF config in MaxText's table.
+
+    `progress` is polled while it runs; each new string it returns is printed. Returns the
+    log path. Raises MaxTextFailed if MaxText exits non-zero.
+    """
+    os.makedirs(LOG_DIR, exist_ok=True)
+    os.makedirs(JAX_CACHE_DIR, exist_ok=True)
+    log_path = os.path.join(LOG_DIR, f"{stage}.log")
+    wrapper = [sys.executable, "-m", "stages.lib.maxtext_main", module]
+    if hf_config:
+        wrapper += ["--hf-config", hf_config]
+    if hf_layout:
+        wrapper += ["--hf-layout", hf_layout]
+    cmd = wrapper + ["--"] + args
+    verbose = os.environ.get("PIPELINE_VERBOSE") == "1"
+    print(f"{stage}: running {module} (log: {log_path})", flush=True)
+    started = time.monotonic()
+    with open(log_path, "w") as log:
+        log.write(" ".join(cmd) + "\n\n")
+        log.flush()
+        child = subprocess.Popen(
+            cmd, env=child_env(params), stdout=None if verbose else log, stderr=subprocess.STDOUT if not verbose else None,
+            preexec_fn=_die_with_parent,
+        )
+        # Forward SIGTERM so `kill <stage>` stops MaxText too (SIGINT reaches it via the group).
+        previous = signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
+        try:
+            last, last_at = None, 0.0
+            while child.poll() is None:
+                time.sleep(progress_every if progress else 1.0)
+                line = progress() if progress else None
+                if line and line != last and time.monotonic() - last_at >= progress_every:
+                    print(f"{stage}: {line}", flush=True)
+                    last, last_at = line, time.monotonic()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    if child.returncode != 0:
+        tail = _tail(log_path, 25)
+        raise MaxTextFailed(
+            f"{module} failed (exit {child.returncode}) after {time.monotonic() - started:.0f} s. "
+            f"Last lines of {log_path}:\n{tail}"
+        )
+    print(f"{stage}: {module} done in {time.monotonic() - started:.0f} s", flush=True)
+    return log_path
+
+
+def _tail(path: str, n: int) -> str:
+    with open(path, errors="replace") as f:
+        lines = collections.deque((ln.rstrip("\n")[-300:] for ln in f if ln.strip()), maxlen=n)
+    return "\n".join("    " + ln for ln in lines)
+
+
+def log_progress(log_path: str, label: str) -> Callable[[], str | None]:
+    """A progress poller reporting the last tqdm percentage ("NN%|") MaxText wrote to its log."""
+
+    def poll() -> str | None:
+        try:
+            with open(log_path, "rb") as f:
+                f.seek(max(0, os.path.getsize(log_path) - 4096))
+                chunk = f.read().decode(errors="replace")
+        except OSError:
+            return None
+        found = re.findall(r"(\d+)%\|", chunk)
+        return f"{label} {found[-1]}%" if found else None
+
+    return poll

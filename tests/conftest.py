@@ -1,0 +1,117 @@
+"""Shared fixtures: throw-away copies of the project that run the real pipeline.
+
+Tests never touch the checkout they live in. `workspace()` copies the project's files (the
+working tree, uncommitted changes included) into a temporary git repository, switched to the
+tiny recipe. The expensive fixture, `tiny_run`, runs `dvc repro` once per session; tests
+that need a variant clone it (`clone_of_tiny_run`) and share its DVC cache, so only the
+stages the variant changes run again. All workspaces share one JAX compilation cache.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+GIT_ID = ["-c", "user.name=tests", "-c", "user.email=tests@example.invalid"]
+
+
+def env(**extra) -> dict:
+    e = dict(os.environ)
+    e["PATH"] = f"{VENV_BIN}{os.pathsep}{e['PATH']}"  # `python` and `dvc` in stage commands = this venv
+    e.pop("PIPELINE_VERBOSE", None)
+    for key, value in extra.items():  # None removes a variable
+        if value is None:
+            e.pop(key, None)
+        else:
+            e[key] = value
+    return e
+
+
+def sh(args, cwd, check=True, timeout=1800, **env_extra) -> subprocess.CompletedProcess:
+    """Runs a command; on an unexpected exit code the assertion shows its output."""
+    started = time.monotonic()
+    proc = subprocess.run(args, cwd=cwd, env=env(**env_extra), capture_output=True, text=True, timeout=timeout)
+    proc.elapsed = time.monotonic() - started
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{args} exited {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}")
+    return proc
+
+
+# Results of running the pipeline in the checkout itself (git-tracked by DVC users, but never
+# part of a fresh copy of the project).
+RUN_RESULTS = ("dvc.lock", "metrics/", "plots/")
+
+
+def project_files() -> list[str]:
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout
+    return [f for f in out.split("\0") if f and (REPO / f).is_file() and not f.startswith(RUN_RESULTS)]
+
+
+@pytest.fixture(scope="session")
+def jax_cache(tmp_path_factory) -> Path:
+    # Compiled train steps are reused across every pipeline run of the session (and across
+    # sessions on one machine when PIPELINE_TEST_JAX_CACHE points somewhere persistent).
+    path = os.environ.get("PIPELINE_TEST_JAX_CACHE")
+    if not path:
+        return tmp_path_factory.mktemp("jax-cache")
+    Path(path).mkdir(parents=True, exist_ok=True)
+    return Path(path)
+
+
+@pytest.fixture(scope="session")
+def workspace(tmp_path_factory, jax_cache):
+    """A function making a fresh copy of the project (tiny recipe, committed, no outputs)."""
+
+    def make(name: str = "ws", recipe: str = "tiny") -> Path:
+        root = tmp_path_factory.mktemp(name)
+        for f in project_files():
+            (root / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / f, root / f)
+        (root / ".cache").mkdir()
+        (root / ".cache" / "jax").symlink_to(jax_cache, target_is_directory=True)
+        sh([sys.executable, "-m", "stages.recipe", recipe], root)
+        sh(["git", "init", "-q", "-b", "main"], root)
+        sh(["git", *GIT_ID, "add", "-A"], root)
+        sh(["git", *GIT_ID, "commit", "-q", "-m", "project"], root)
+        return root
+
+    return make
+
+
+def run_pipeline(root: Path) -> SimpleNamespace:
+    """`dvc repro` in root, results committed to its git repo like a user would."""
+    proc = sh(["dvc", "repro"], root)
+    sh(["git", *GIT_ID, "add", "-A"], root)
+    sh(["git", *GIT_ID, "commit", "-q", "-m", "dvc repro"], root)
+    return SimpleNamespace(path=root, output=proc.stdout + proc.stderr, seconds=proc.elapsed)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(workspace) -> SimpleNamespace:
+    """The tiny recipe run once with `dvc repro`. Read-only for tests: clone it to change it."""
+    return run_pipeline(workspace("tiny-run"))
+
+
+@pytest.fixture
+def clone_of_tiny_run(tiny_run, tmp_path, jax_cache) -> Path:
+    """A git clone of tiny_run sharing its DVC cache, outputs checked out: free to modify."""
+    root = tmp_path / "clone"
+    sh(["git", "clone", "-q", str(tiny_run.path), str(root)], tmp_path)
+    (root / ".cache").mkdir()
+    (root / ".cache" / "jax").symlink_to(jax_cache, target_is_directory=True)
+    sh(["dvc", "cache", "dir", "--local", str(tiny_run.path / ".dvc" / "cache")], root)
+    sh(["dvc", "checkout", "-q"], root)
+    return root
+
+
+def stages_run(output: str) -> list[str]:
+    """Names of the stages a `dvc repro` output says it ran."""
+    return [line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage '")]

@@ -1,0 +1,128 @@
+"""Bad input to any stage stops it before MaxText starts, with one line naming the field or
+file, in seconds, leaving no output behind."""
+
+import json
+import sys
+
+import pytest
+import yaml
+
+from conftest import sh
+
+TRAIN = "assets/tiny-chat/train.jsonl"
+
+
+def edit_params(fn):
+    def apply(root):
+        path = root / "params.yaml"
+        params = yaml.safe_load(path.read_text())
+        fn(params)
+        path.write_text(yaml.safe_dump(params, sort_keys=False))
+
+    return apply
+
+
+def write_rows(rows, path=TRAIN):
+    def apply(root):
+        (root / path).write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+
+    return apply
+
+
+GOOD = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]}
+
+
+def msgs(*pairs):
+    return {"messages": [{"role": r, "content": c} for r, c in pairs]}
+
+
+def fake_base(config_changes: dict, weights: bool = True):
+    """A models/base-hf holding only a config (and an index), for convert_in's checks."""
+
+    def apply(root):
+        from stages.lib import tiny_gemma3
+
+        base = root / "models" / "base-hf"
+        base.mkdir(parents=True)
+        config = tiny_gemma3.hub_config(tiny_gemma3.DEFAULT_TEXT, tiny_gemma3.TINY_VISION)
+        config["text_config"].update(config_changes)
+        (base / "config.json").write_text(json.dumps(config))
+        if weights:
+            (base / "model.safetensors.index.json").write_text(json.dumps(
+                {"weight_map": {"language_model.model.embed_tokens.weight": "model-00001-of-00001.safetensors"}}))
+
+    return apply
+
+
+def params_case(key_path, value):
+    def change(p):
+        *parents, leaf = key_path
+        node = p
+        for k in parents:
+            node = node[k]
+        if value is DELETE:
+            del node[leaf]
+        else:
+            node[leaf] = value
+
+    return edit_params(change)
+
+
+DELETE = object()
+
+# (id, stage, break the workspace, the message's telling part)
+CASES = [
+    ("unknown-key", "base_model", edit_params(lambda p: p["train"].update(setps=5)), "train.setps: unknown key (did you mean train.steps?)"),
+    ("wrong-type", "base_model", params_case(("train", "steps"), "ten"), "train.steps: expected an integer >= 1, got 'ten'"),
+    ("out-of-range", "base_model", params_case(("train", "learning_rate"), 0), "train.learning_rate: expected a number > 0"),
+    ("bad-choice", "base_model", params_case(("model", "maxtext_name"), "llama3-8b"), "model.maxtext_name: expected one of gemma3-4b"),
+    ("missing-key", "base_model", params_case(("train", "seed"), DELETE), "train.seed: missing"),
+    ("not-yaml", "base_model", lambda root: (root / "params.yaml").write_text("train: [steps: 1\n"), "params.yaml: not valid YAML"),
+    ("hub-without-revision", "base_model",
+     edit_params(lambda p: p["base_model"].update(source="hub", repo_id="google/gemma-3-4b-it", tiny_seed=None)),
+     "base_model.revision: must be set when base_model.source is hub"),
+    ("branch-not-commit", "base_model",
+     edit_params(lambda p: p["base_model"].update(source="hub", repo_id="google/gemma-3-4b-it", revision="main")),
+     "base_model.revision: expected a 40-character commit hash"),
+    ("split-file-missing", "dataset", params_case(("dataset", "eval_split"), "validation"), "validation.jsonl not found"),
+    ("not-json", "dataset", write_rows([GOOD, GOOD, '{"messages": [oops'], ), "train.jsonl:3: not valid JSON"),
+    ("unknown-role", "dataset", write_rows([GOOD, msgs(("user", "Hi"), ("bot", "Hello."))]), "row 2: messages[1].role: 'bot' is not one of"),
+    ("not-alternating", "dataset", write_rows([msgs(("user", "a"), ("user", "b"), ("assistant", "c"))]), "row 1: messages[1].role: expected assistant"),
+    ("empty-content", "dataset", write_rows([GOOD, msgs(("user", "  "), ("assistant", "c"))]), "row 2: messages[0].content: must be a non-empty string"),
+    ("system-not-first", "dataset", write_rows([msgs(("user", "a"), ("system", "b"), ("assistant", "c"))]), "row 1: messages[1]: a system message is only allowed first"),
+    ("ends-with-user", "dataset", write_rows([msgs(("user", "a"), ("assistant", "b"), ("user", "c"))]), "row 1: the last message must be from the assistant"),
+    ("wrong-column", "dataset", write_rows([{"conversations": GOOD["messages"]}]), "row 1: no 'messages' column"),
+    ("empty-split", "dataset", write_rows([]), "no rows; an empty split cannot be trained"),
+    ("no-base-checkpoint", "convert_in", lambda root: None, "models/base-hf/config.json: not found; run the base_model stage first"),
+    ("no-base-weights", "convert_in", fake_base({}, weights=False), "no model.safetensors.index.json or model.safetensors"),
+    ("unsupported-activation", "convert_in", fake_base({"hidden_activation": "gelu"}), "hidden_activation='gelu'"),
+]
+
+
+@pytest.mark.parametrize("stage,breakage,message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_fails_fast_with_one_line(workspace, stage, breakage, message):
+    root = workspace("bad")
+    breakage(root)
+    proc = sh([sys.executable, "-m", f"stages.{stage}"], root, check=False, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr  # one line, no traceback
+    assert message in lines[0], lines[0]
+    assert lines[0].startswith(f"{stage}: error: ")
+    assert proc.elapsed < 10
+    assert not (root / "logs").exists()  # MaxText never started
+    assert not (root / "dvc.lock").exists()
+    for out in ("data/chat", "models/base-maxtext", "metrics/dataset.json"):
+        assert not (root / out).exists()
+    if stage == "base_model":
+        assert not (root / "models").exists()
+
+
+def test_bad_input_through_dvc_repro(workspace):
+    root = workspace("bad-dvc")
+    edit_params(lambda p: p["train"].update(setps=5))(root)
+    proc = sh(["dvc", "repro"], root, check=False, timeout=120)
+    assert proc.returncode != 0
+    assert "base_model: error: params.yaml: train.setps: unknown key (did you mean train.steps?)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (root / "dvc.lock").exists()

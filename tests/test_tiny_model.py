@@ -1,0 +1,68 @@
+"""The tiny base checkpoint: deterministic, in the Hub's layout, loadable, real tokenizer."""
+
+import hashlib
+import json
+
+import sentencepiece
+
+from stages.lib import gemma3, tiny_gemma3
+
+
+def digest(d) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir())}
+
+
+def test_tiny_checkpoint_is_deterministic(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    tiny_gemma3.build(str(a), seed=0)
+    tiny_gemma3.build(str(b), seed=0)
+    assert digest(a) == digest(b)
+    c = tmp_path / "c"
+    c.mkdir()
+    tiny_gemma3.build(str(c), seed=1)
+    assert digest(c)["model-00001-of-00002.safetensors"] != digest(a)["model-00001-of-00002.safetensors"]
+
+
+def test_tiny_checkpoint_loads_like_the_hub_model(tmp_path):
+    import transformers
+
+    tiny_gemma3.build(str(tmp_path), seed=0)
+    assert gemma3.detect_layout(str(tmp_path)) == "hub"  # like google/gemma-3-4b-it
+    model, info = transformers.AutoModelForImageTextToText.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert type(model).__name__ == "Gemma3ForConditionalGeneration"
+    assert json.loads((tmp_path / "config.json").read_text())["text_config"]["hidden_activation"] == "gelu_pytorch_tanh"
+
+
+def test_tokenizer_is_gemma3_sentencepiece(tmp_path):
+    import transformers
+
+    tiny_gemma3.build(str(tmp_path), seed=0)
+    hf = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    sp = sentencepiece.SentencePieceProcessor(model_file=gemma3.maxtext_tokenizer_file())
+    for text in ["What is the capital of Peru?", "17 plus 25 is 42.", "Spell the word rabbit backwards.", "naïve café, 東京"]:
+        assert hf(text, add_special_tokens=False)["input_ids"] == sp.encode(text)
+    rendered = hf.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True, tokenize=False)
+    assert rendered == "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
+
+
+def test_maxtext_flags_for_the_real_gemma3_4b_config(tmp_path):
+    """For google/gemma-3-4b-it's config the flags reproduce MaxText's gemma3-4b.yml."""
+    config = {
+        "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+        "text_config": {"model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240,
+                        "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                        "sliding_window": 1024},
+        "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152, "image_size": 896,
+                          "intermediate_size": 4304, "num_attention_heads": 16, "num_hidden_layers": 27,
+                          "patch_size": 14, "vision_use_head": False},
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    args = dict(a.split("=", 1) for a in gemma3.maxtext_model_args(str(tmp_path), "gemma3-4b"))
+    assert args["base_emb_dim"] == "2560" and args["base_mlp_dim"] == "10240"
+    assert args["base_num_decoder_layers"] == "34" and args["head_dim"] == "256"
+    assert args["base_num_query_heads"] == "8" and args["base_num_kv_heads"] == "4"
+    assert args["rope_max_timescale"] == "1000000" and args["local_rope_max_timescale"] == "10000"
+    assert args["rope_linear_scaling_factor"] == "8.0" and args["sliding_window_size"] == "1024"
