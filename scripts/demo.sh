@@ -12,7 +12,14 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 source .venv/bin/activate
 python -m stages.recipe tiny
+# No cloud account needed: the demo's DVC remote is a local directory, set in
+# .dvc/config.local (which git ignores). For real use, point the committed gcs remote at
+# your bucket instead (README, "Remote").
+if ! dvc remote list --local | grep -q '^demo'; then
+  dvc remote add --local --default demo "$PWD/.cache/dvc-remote"
+fi
 dvc repro "$@"
+python -m stages.remote push
 echo
-echo "demo: done. The fine-tuned model is in models/sft-hf; metrics:"
+echo "demo: done. The fine-tuned model is in models/sft-hf (and in the demo remote, .cache/dvc-remote); metrics:"
 dvc metrics show

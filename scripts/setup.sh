@@ -31,7 +31,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing requirements/cpu.lock into .venv (first time: a few GB, about a minute)"
   .venv/bin/python -m pip install -q --disable-pip-version-check "uv==0.13.9"
   # The lock is fully resolved, so --no-deps installs exactly it (google-tunix declares heavy
-  # dependencies MaxText's SFT path never imports; see requirements/overrides.txt).
+  # dependencies MaxText's SFT path never imports; see requirements/cpu-overrides.txt).
   .venv/bin/python -m uv pip install -q --python .venv/bin/python --no-deps -r requirements/cpu.lock
   echo "$want" > "$stamp"
 fi

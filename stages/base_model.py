@@ -12,7 +12,7 @@ published, so a wrong architecture fails here rather than after conversion.
 
 import os
 
-from stages.lib import gemma3, hub, outputs, tiny_gemma3
+from stages.lib import gemma3, hardware, hub, outputs, tiny_gemma3
 from stages.lib.cli import run
 from stages.lib.params import load
 
@@ -21,9 +21,12 @@ OUT = os.path.join("models", "base-hf")
 
 def main() -> None:
     params = load()
+    # Nothing is fetched for a recipe that cannot run on this machine.
+    hardware.check_present(params)
     p = params["base_model"]
     if p["source"] == "hub":
         hub.check_access(p["repo_id"], p["revision"], "model")
+        hardware.check_output_disk(OUT, 1.05 * hub.download_size(p["repo_id"], p["revision"]), "the base checkpoint")
     with outputs.staged_dir(OUT) as tmp:
         if p["source"] == "tiny":
             print(f"base_model: building the tiny Gemma 3 (seed {p['tiny_seed']})", flush=True)
@@ -32,8 +35,7 @@ def main() -> None:
             print(f"base_model: downloading {p['repo_id']}@{p['revision'][:12]}", flush=True)
             hub.download_model(p["repo_id"], p["revision"], tmp)
         try:
-            gemma3.detect_layout(tmp)
-            gemma3.maxtext_model_args(tmp, params["model"]["maxtext_name"])
+            gemma3.check_convertible(tmp, params["model"]["maxtext_name"])
         except gemma3.CheckpointError as e:  # name the output, not the temporary directory
             raise gemma3.CheckpointError(str(e).replace(tmp, OUT)) from None
     print(f"base_model: wrote {OUT}", flush=True)

@@ -14,8 +14,9 @@ so a broken export is never cached or pushed. Writes
 
 import json
 import os
+import sys
 
-from stages.lib import export, maxtext, outputs
+from stages.lib import export, gemma3, hardware, maxtext, outputs
 from stages.lib.cli import StageFailed, run
 from stages.lib.params import load
 
@@ -54,23 +55,34 @@ def check_export(params: dict, export_dir: str, report_path: str) -> tuple[dict,
     return report, failures + threshold_failures(report, limits)
 
 
+def maxtext_args(params: dict, out_dir: str) -> list[str]:
+    return maxtext.common_args(params, BASE) + [
+        "use_multimodal=false",
+        f"load_parameters_path={os.path.abspath(SFT)}",
+        f"base_output_directory={out_dir}",
+        "run_name=convert_out",
+        # Convert in float32 and round once, at the end (export.assemble): MaxText's bf16
+        # path rounds Gemma's 1+w norm scales before subtracting 1, four times coarser.
+        "weight_dtype=float32",
+        f"--hf_model_path={BASE}",  # tokenizer source: the base, not the Hub
+    ]
+
+
 def main() -> None:
     params = load()
     c = params["convert_out"]
+    gemma3.check_convertible(BASE, params["model"]["maxtext_name"])
+    if "--dry-run" in sys.argv:
+        maxtext.dry_run("convert_out", MODULE, maxtext_args(params, os.path.abspath(OUT)), params, hf_config=BASE)
+        return
+    hardware.check_present(params)
+    # MaxText's float32 export and the assembled one exist side by side for a moment.
+    hardware.check_output_disk(OUT, 1.1 * gemma3.parameter_count(BASE) * (4 + gemma3.DTYPE_BYTES[c["dtype"]]), "the HF export")
     with outputs.staged_dir(OUT) as tmp:
         raw = os.path.join(tmp, ".maxtext-export")
-        args = maxtext.common_args(params, BASE) + [
-            "use_multimodal=false",
-            f"load_parameters_path={os.path.abspath(SFT)}",
-            f"base_output_directory={raw}",
-            "run_name=convert_out",
-            # Convert in float32 and round once, at the end (export.assemble): MaxText's bf16
-            # path rounds Gemma's 1+w norm scales before subtracting 1, four times coarser.
-            "weight_dtype=float32",
-            f"--hf_model_path={BASE}",  # tokenizer source: the base, not the Hub
-        ]
-        maxtext.run("convert_out", MODULE, args, params, hf_config=BASE,
-                    progress=maxtext.log_progress(os.path.join(maxtext.LOG_DIR, "convert_out.log"), "converting weights:"), progress_every=10.0)
+        maxtext.run("convert_out", MODULE, maxtext_args(params, raw), params, hf_config=BASE,
+                    progress=maxtext.log_progress(os.path.join(maxtext.LOG_DIR, "convert_out.log"), "converting weights:"),
+                    progress_every=10.0)
         sources = export.assemble(raw, BASE, tmp, c["dtype"], c["shard_size_mb"] * 1024 * 1024)
         outputs.remove(raw)
         print(f"convert_out: assembled {len(sources)} tensors "

@@ -14,7 +14,7 @@ stage with its split and row number.
 import json
 import os
 
-from stages.lib import chat, hub, outputs
+from stages.lib import chat, hardware, hub, outputs
 from stages.lib.cli import UserError, run
 from stages.lib.params import load
 
@@ -73,7 +73,9 @@ def write_split(rows, column: str, where: str, limit: int | None, out_path: str)
 
 
 def main() -> None:
-    d = load()["dataset"]
+    params = load()
+    hardware.check_present(params)
+    d = params["dataset"]
     if d["source"] == "hub":
         hub.check_access(d["repo_id"], d["revision"], "dataset")
     counts = {}

@@ -8,14 +8,20 @@ stages the variant changes run again. All workspaces share one JAX compilation c
 """
 
 import os
+import secrets
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
+# Tests that read checkpoints load JAX in this process; keep it off libtpu (installed for the
+# fit check), whose lock would otherwise stop every later process that loads it.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -86,18 +92,55 @@ def workspace(tmp_path_factory, jax_cache):
     return make
 
 
-def run_pipeline(root: Path) -> SimpleNamespace:
+# A Hugging Face token that must never be written anywhere or passed on a command line. Made
+# up per session, so that no file (this one included) can contain it by accident.
+CANARY_TOKEN = "hf_canary" + secrets.token_hex(16)
+
+
+class ProcessWatch(threading.Thread):
+    """Samples every process's command line (and MaxText's environment) while a run lasts."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.stop_event = threading.Event()
+        self.seen_commands: set[str] = set()
+        self.leaks: list[str] = []
+
+    def run(self) -> None:
+        while not self.stop_event.wait(0.1):
+            for proc in Path("/proc").glob("[0-9]*"):
+                try:
+                    argv = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    if "stages." not in argv:
+                        continue
+                    self.seen_commands.add(argv)
+                    if CANARY_TOKEN in argv:
+                        self.leaks.append(f"argv of {argv[:120]}")
+                    if "maxtext_main" in argv and CANARY_TOKEN.encode() in (proc / "environ").read_bytes():
+                        self.leaks.append(f"environment of {argv[:120]}")
+                except OSError:
+                    continue  # the process ended between listing and reading
+
+
+def run_pipeline(root: Path, **env_extra) -> SimpleNamespace:
     """`dvc repro` in root, results committed to its git repo like a user would."""
-    proc = sh(["dvc", "repro"], root)
+    watch = ProcessWatch()
+    watch.start()
+    try:
+        proc = sh(["dvc", "repro"], root, **env_extra)
+    finally:
+        watch.stop_event.set()
+        watch.join()
     sh(["git", *GIT_ID, "add", "-A"], root)
     sh(["git", *GIT_ID, "commit", "-q", "-m", "dvc repro"], root)
-    return SimpleNamespace(path=root, output=proc.stdout + proc.stderr, seconds=proc.elapsed)
+    return SimpleNamespace(path=root, output=proc.stdout + proc.stderr, seconds=proc.elapsed, watch=watch)
 
 
 @pytest.fixture(scope="session")
 def tiny_run(workspace) -> SimpleNamespace:
-    """The tiny recipe run once with `dvc repro`. Read-only for tests: clone it to change it."""
-    return run_pipeline(workspace("tiny-run"))
+    """The tiny recipe run once with `dvc repro`, with a canary HF token in the environment.
+    Read-only for tests: clone it to change it."""
+    return run_pipeline(workspace("tiny-run"), HF_TOKEN=CANARY_TOKEN)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import yaml
 
 from conftest import sh, stages_run
 
-ALL_STAGES = {"base_model", "dataset", "convert_in", "train", "convert_out"}
+ALL_STAGES = {"base_model", "dataset", "convert_in", "fit_check", "train", "convert_out"}
 
 
 def set_param(root, dotted: str, value) -> None:

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+from pathlib import Path
 
 import sentencepiece
 
@@ -49,20 +50,13 @@ def test_tokenizer_is_gemma3_sentencepiece(tmp_path):
 
 
 def test_maxtext_flags_for_the_real_gemma3_4b_config(tmp_path):
-    """For google/gemma-3-4b-it's config the flags reproduce MaxText's gemma3-4b.yml."""
-    config = {
-        "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
-        "text_config": {"model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240,
-                        "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
-                        "sliding_window": 1024},
-        "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152, "image_size": 896,
-                          "intermediate_size": 4304, "num_attention_heads": 16, "num_hidden_layers": 27,
-                          "patch_size": 14, "vision_use_head": False},
-    }
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    """For google/gemma-3-4b-it's config the flags reproduce MaxText's gemma3-4b.yml
+    (vocab_size aside: the checkpoint's 262208 rows are kept, not truncated to 262144)."""
+    (tmp_path / "config.json").write_text((Path(__file__).parent / "data" / "gemma-3-4b-it.config.json").read_text())
     args = dict(a.split("=", 1) for a in gemma3.maxtext_model_args(str(tmp_path), "gemma3-4b"))
     assert args["base_emb_dim"] == "2560" and args["base_mlp_dim"] == "10240"
     assert args["base_num_decoder_layers"] == "34" and args["head_dim"] == "256"
     assert args["base_num_query_heads"] == "8" and args["base_num_kv_heads"] == "4"
     assert args["rope_max_timescale"] == "1000000" and args["local_rope_max_timescale"] == "10000"
     assert args["rope_linear_scaling_factor"] == "8.0" and args["sliding_window_size"] == "1024"
+    assert args["vocab_size"] == "262208"

@@ -29,6 +29,8 @@ HUB_PREFIX = {
 }
 LAYOUTS = {"transformers": TRANSFORMERS_PREFIX, "hub": HUB_PREFIX}
 
+DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
+
 # MaxText hard-codes Gemma 3's attention pattern: five sliding-window layers, then one global.
 ATTENTION_PATTERN = ["sliding_attention"] * 5 + ["full_attention"]
 
@@ -61,6 +63,32 @@ def weight_names(model_dir: str) -> list[str]:
         with safe_open(single, framework="np") as f:
             return sorted(f.keys())
     raise CheckpointError(f"{model_dir}: no model.safetensors.index.json or model.safetensors; is it a HF checkpoint?")
+
+
+def parameter_count(model_dir: str) -> int:
+    """Number of weights in a safetensors checkpoint (from the file headers, nothing loaded)."""
+    import math
+
+    from safetensors import safe_open
+
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) else ["model.safetensors"]
+    total = 0
+    for name in files:
+        path = os.path.join(model_dir, name)
+        if not os.path.exists(path):
+            raise CheckpointError(f"{path}: missing (named by model.safetensors.index.json); re-run the base_model stage")
+        with safe_open(path, framework="np") as f:
+            total += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    return total
+
+
+def check_convertible(model_dir: str, model_name: str) -> str:
+    """Fails with one line unless model_dir is a Gemma 3 checkpoint MaxText represents exactly;
+    returns its tensor layout."""
+    layout = detect_layout(model_dir)
+    maxtext_model_args(model_dir, model_name)
+    return layout
 
 
 def detect_layout(model_dir: str) -> str:

@@ -54,6 +54,14 @@ def check_access(repo_id: str, revision: str, repo_type: str) -> None:
         raise _explain(e, repo_id, revision, repo_type) from None
 
 
+def download_size(repo_id: str, revision: str) -> int:
+    """Bytes download_model will fetch (0 when the Hub does not say)."""
+    import fnmatch
+
+    info = huggingface_hub.HfApi().model_info(repo_id, revision=revision, files_metadata=True)
+    return sum(s.size or 0 for s in info.siblings or [] if any(fnmatch.fnmatch(s.rfilename, p) for p in MODEL_FILES))
+
+
 def download_model(repo_id: str, revision: str, out_dir: str) -> None:
     try:
         huggingface_hub.snapshot_download(repo_id, revision=revision, local_dir=out_dir, allow_patterns=MODEL_FILES)

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Callable
 
-from stages.lib import gemma3
+from stages.lib import gemma3, hardware
 from stages.lib.cli import StageFailed
 
 LOG_DIR = "logs"
@@ -28,9 +28,15 @@ SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ACCESS_TOKEN")
 class MaxTextFailed(StageFailed):
     """MaxText exited non-zero; the message names the log and quotes its end."""
 
+    def __init__(self, message: str, log_path: str):
+        super().__init__(message)
+        self.log_path = log_path
+
 
 def child_env(params: dict) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+    # TPU_* come from the recipe (hardware.tpu_env), never from whatever the shell had set.
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV and not k.startswith("TPU_")}
+    env.update(hardware.tpu_env(params))
     env.update(
         HF_HUB_OFFLINE="1",  # inputs are local; without these MaxText still makes DNS look-ups
         HF_DATASETS_OFFLINE="1",
@@ -51,6 +57,28 @@ def common_args(params: dict, base_hf_dir: str) -> list[str]:
     return args
 
 
+def command(module: str, args: list[str], hf_config: str | None = None, hf_layout: str | None = None) -> list[str]:
+    """The child's command line: MaxText's module under stages.lib.maxtext_main."""
+    cmd = [sys.executable, "-m", "stages.lib.maxtext_main", module]
+    if hf_config:
+        cmd += ["--hf-config", hf_config]
+    if hf_layout:
+        cmd += ["--hf-layout", hf_layout]
+    return cmd + ["--"] + args
+
+
+def dry_run(stage: str, module: str, args: list[str], params: dict, hf_config: str | None = None,
+            hf_layout: str | None = None) -> None:
+    """Prints the exact command a stage would run and has MaxText validate its configuration."""
+    print(f"{stage}: would run:\n  " + " \\\n    ".join(command(module, args, hf_config, hf_layout)), flush=True)
+    check = [sys.executable, "-m", "stages.lib.maxtext_main", module, "--validate-only", "--", *args]
+    # Validation only: on any machine, without touching an accelerator.
+    proc = subprocess.run(check, env={**child_env(params), "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise StageFailed(f"MaxText rejected the configuration:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    print(f"{stage}: {proc.stdout.strip().splitlines()[-1]}", flush=True)
+
+
 def _die_with_parent() -> None:
     # If the stage is SIGKILLed, take MaxText down with it instead of leaving it training.
     PR_SET_PDEATHSIG = 1
@@ -66,6 +94,7 @@ def run(
     hf_layout: str | None = None,
     progress: Callable[[], str | None] | None = None,
     progress_every: float = 2.0,
+    extra_env: dict[str, str] | None = None,
 ) -> str:
     """Runs `python -m module args` with the checkpoint's HF config in MaxText's table.
 
@@ -75,12 +104,7 @@ def run(
     os.makedirs(LOG_DIR, exist_ok=True)
     os.makedirs(JAX_CACHE_DIR, exist_ok=True)
     log_path = os.path.join(LOG_DIR, f"{stage}.log")
-    wrapper = [sys.executable, "-m", "stages.lib.maxtext_main", module]
-    if hf_config:
-        wrapper += ["--hf-config", hf_config]
-    if hf_layout:
-        wrapper += ["--hf-layout", hf_layout]
-    cmd = wrapper + ["--"] + args
+    cmd = command(module, args, hf_config, hf_layout)
     verbose = os.environ.get("PIPELINE_VERBOSE") == "1"
     print(f"{stage}: running {module} (log: {log_path})", flush=True)
     started = time.monotonic()
@@ -88,7 +112,7 @@ def run(
         log.write(" ".join(cmd) + "\n\n")
         log.flush()
         child = subprocess.Popen(
-            cmd, env=child_env(params), stdout=None if verbose else log, stderr=subprocess.STDOUT if not verbose else None,
+            cmd, env={**child_env(params), **(extra_env or {})}, stdout=None if verbose else log, stderr=subprocess.STDOUT if not verbose else None,
             preexec_fn=_die_with_parent,
         )
         # Forward SIGTERM so `kill <stage>` stops MaxText too (SIGINT reaches it via the group).
@@ -110,7 +134,8 @@ def run(
         tail = _tail(log_path, 25)
         raise MaxTextFailed(
             f"{module} failed (exit {child.returncode}) after {time.monotonic() - started:.0f} s. "
-            f"Last lines of {log_path}:\n{tail}"
+            f"Last lines of {log_path}:\n{tail}",
+            log_path,
         )
     print(f"{stage}: {module} done in {time.monotonic() - started:.0f} s", flush=True)
     return log_path

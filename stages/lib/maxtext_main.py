@@ -50,10 +50,20 @@ def main() -> None:
     parser.add_argument("module")
     parser.add_argument("--hf-config", help="HF checkpoint directory whose config.json replaces MaxText's table entry")
     parser.add_argument("--hf-layout", default="transformers", help="tensor-name layout of the HF checkpoint read")
+    parser.add_argument("--validate-only", action="store_true", help="only run MaxText's config validation on ARGS")
     ours = parser.parse_args(sys.argv[1:split])
     maxtext_args = sys.argv[split + 1 :]
     model_name = next(a.split("=", 1)[1] for a in maxtext_args if a.startswith("model_name="))
 
+    if ours.validate_only:
+        from maxtext.configs import pyconfig
+
+        # The converters' own flags (--hf_model_path, ...) are not MaxText config keys, and
+        # validating must not try to join a TPU cluster.
+        keys = [a for a in maxtext_args if not a.startswith(("--", "skip_jax_distributed_system="))]
+        pyconfig.initialize_pydantic([ours.module] + keys + ["skip_jax_distributed_system=true"])
+        print(f"MaxText accepted the configuration for {ours.module}")
+        return
     if ours.hf_config:
         use_checkpoint_config(model_name, ours.hf_config)
     if ours.hf_layout != "transformers":

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import yaml
 
+from stages.lib import hardware
 from stages.lib.cli import UserError
 
 PARAMS_FILE = "params.yaml"
@@ -126,13 +127,17 @@ SCHEMA: dict = {
         },
     },
     "hardware": {
-        "kind": Choice("cpu"),
+        "kind": Choice(*hardware.KINDS),
+        # The TPU runtime environment MaxText gets (null for cpu); see _check_consistency.
+        "tpu_env": Field("a mapping of TPU_* variables to strings, or null", lambda v: isinstance(v, dict), nullable=True),
     },
     # How to run, not what to compute: no stage declares these, so changing them never
     # re-runs anything.
     "runtime": {
         "scratch_dir": Str(expect="a directory for MaxText's working files (local path, /dev/shm/..., or gs://...)"),
         "keep_scratch": Bool(),
+        "keep_checkpoints": Int(1),
+        "check_hardware": Bool(),
     },
 }
 
@@ -180,6 +185,19 @@ def _check_consistency(p: dict, where: str) -> None:
             for key in keys:
                 if p[section][key] is None:
                     raise UserError(f"{where}: {section}.{key}: must be set when {section}.source is {source}")
+    h = p["hardware"]
+    if h["kind"] == "cpu" and h["tpu_env"] is not None:
+        raise UserError(f"{where}: hardware.tpu_env: must be null when hardware.kind is cpu")
+    if h["kind"] != "cpu":
+        env = h["tpu_env"] or {}
+        for key in hardware.TPU_ENV_KEYS:
+            if not isinstance(env.get(key), str) or not env[key]:
+                raise UserError(f"{where}: hardware.tpu_env.{key}: missing (a string; see recipes/gemma3-4b-v6e-8.yaml)")
+        unknown = sorted(set(env) - set(hardware.TPU_ENV_KEYS))
+        if unknown:
+            raise UserError(f"{where}: hardware.tpu_env.{unknown[0]}: unknown variable (known: {', '.join(hardware.TPU_ENV_KEYS)})")
+        if env["TPU_ACCELERATOR_TYPE"] != h["kind"]:
+            raise UserError(f"{where}: hardware.tpu_env.TPU_ACCELERATOR_TYPE: {env['TPU_ACCELERATOR_TYPE']!r} differs from hardware.kind {h['kind']!r}")
     d = p["dataset"]
     if d["source"] == "local":
         for split in (d["train_split"], d["eval_split"]):

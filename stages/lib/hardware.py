@@ -1,0 +1,100 @@
+"""The machine: the accelerators a recipe can name, and the checks a stage runs in its first
+second (is the accelerator here, is there disk for what the stage will write).
+
+A recipe's `hardware.kind` says where it runs. On the wrong machine every stage stops before
+downloading or converting anything, with one line that says what is missing and what to run
+instead; on the right one, MaxText gets the TPU runtime environment from the recipe's
+`hardware.tpu_env` (what the Cloud TPU tutorials export by hand), not from the user's shell.
+"""
+
+import glob
+import os
+import shutil
+from dataclasses import dataclass
+
+from stages.lib.cli import UserError
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    chips: int
+    hbm_gib_per_chip: float  # for the fit check's headroom
+    peak_bf16_tflops_per_chip: float  # for MFU
+    topology: str  # what MaxText's ahead-of-time compile takes as compile_topology
+
+
+# Cloud TPU single-host slices. Add a row to support another kind (and its tpu_env values).
+TPUS = {
+    "v6e-8": Accelerator(chips=8, hbm_gib_per_chip=32, peak_bf16_tflops_per_chip=918, topology="v6e-8"),
+}
+KINDS = ("cpu", *TPUS)
+TPU_ENV_KEYS = ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID", "TPU_NAME", "TPU_SKIP_MDS_QUERY",
+                "TPU_WORKER_HOSTNAMES", "TPU_TOPOLOGY", "TPU_CHIPS_PER_HOST_BOUNDS", "TPU_HOST_BOUNDS")
+TINY_HINT = "to run the pipeline on this machine's CPU use the tiny recipe: python -m stages.recipe tiny && dvc repro"
+
+
+def tpu_chips_present() -> int:
+    """TPU chips this VM exposes: /dev/accel* (v4, v5e) or /dev/vfio/<n> (v5p, v6e)."""
+    return len(glob.glob("/dev/accel*")) or len([p for p in glob.glob("/dev/vfio/*") if os.path.basename(p).isdigit()])
+
+
+def check_present(params: dict) -> None:
+    """Fails at once when the recipe's accelerator is not on this machine."""
+    kind = params["hardware"]["kind"]
+    if kind == "cpu" or not params["runtime"]["check_hardware"]:
+        return
+    want, have = TPUS[kind].chips, tpu_chips_present()
+    if have == 0:
+        raise UserError(f"hardware.kind is {kind} but this machine has no TPU (no /dev/accel* or /dev/vfio/*); {TINY_HINT}")
+    if have < want:
+        raise UserError(f"hardware.kind is {kind} ({want} chips) but this machine has {have}; use a {kind} VM")
+
+
+def tpu_env(params: dict) -> dict[str, str]:
+    """The TPU runtime variables for MaxText's process (empty for CPU recipes)."""
+    return dict(params["hardware"]["tpu_env"] or {})
+
+
+def _existing(path: str) -> str:
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    return probe
+
+
+def same_filesystem(a: str, b: str) -> bool:
+    """Whether two local paths (existing or not yet) are on one filesystem (hard links work)."""
+    return not (a.startswith("gs://") or b.startswith("gs://")) and os.stat(_existing(a)).st_dev == os.stat(_existing(b)).st_dev
+
+
+def check_free_disk(path: str, need_bytes: float, what: str) -> None:
+    """Fails when the filesystem holding `path` has less than `need_bytes` free."""
+    if path.startswith("gs://"):
+        return
+    probe = _existing(path)
+    free = shutil.disk_usage(probe).free
+    if free < need_bytes:
+        raise UserError(
+            f"not enough free disk for {what} in {probe}: needs ~{need_bytes / 1e9:.1f} GB, "
+            f"{free / 1e9:.1f} GB free; free some space, or move it (runtime.scratch_dir, `dvc cache dir`)"
+        )
+
+
+def dvc_cache_dir() -> str:
+    """The DVC cache directory as configured (.dvc/config.local over .dvc/config)."""
+    import configparser
+
+    for name in ("config.local", "config"):
+        config = configparser.ConfigParser()
+        config.read(os.path.join(".dvc", name))
+        if config.has_option("cache", "dir"):
+            return os.path.normpath(os.path.join(".dvc", config.get("cache", "dir").strip('"')))
+    return os.path.join(".dvc", "cache")
+
+
+def check_output_disk(out_path: str, need_bytes: float, what: str) -> None:
+    """Room for an output in the workspace and, when the DVC cache is on another filesystem
+    (then outputs are copied into it, not linked), in the cache too."""
+    check_free_disk(out_path, need_bytes, what)
+    if not same_filesystem(dvc_cache_dir(), out_path):
+        check_free_disk(dvc_cache_dir(), need_bytes, f"{what} (DVC cache copy)")

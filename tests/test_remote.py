@@ -1,0 +1,199 @@
+"""Checkpoints in a GCS remote, through the real GCS protocol (fake-gcs-server on 127.0.0.1):
+what one machine pushed, another pulls byte for byte or skips recomputing; transfers that
+die half-way are finished by re-running; corruption and bad configuration are refused."""
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import sh, stages_run
+from gcs_server import CLIENT_ENV, GcsServer
+from test_pipeline import set_param
+
+pytestmark = pytest.mark.slow
+BUCKET = "dvc-tests"
+OUTPUTS = ["models/base-hf", "data/chat", "models/base-maxtext", "models/sft-maxtext", "models/sft-hf"]
+
+
+def dvc(args, root, check=True, **kw):
+    return sh(["dvc", *args], root, check=check, **CLIENT_ENV, **kw)
+
+
+def remote(args, root, check=True, **kw):
+    return sh([sys.executable, "-m", "stages.remote", *args], root, check=check, **CLIENT_ENV, **kw)
+
+
+def file_hashes(root: Path, output: str) -> dict[str, str]:
+    base = root / output
+    return {str(p.relative_to(base)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(base.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def gcs(tmp_path_factory):
+    server = GcsServer(tmp_path_factory.mktemp("gcs"))
+    server.start()
+    server.create_bucket(BUCKET)
+    yield server
+    server.stop()
+
+
+def clone(source: Path, dest: Path, jax_cache: Path, gcs: GcsServer, prefix: str, share_cache_of: Path | None = None) -> Path:
+    sh(["git", "clone", "-q", str(source), str(dest)], dest.parent)
+    (dest / ".cache").mkdir()
+    (dest / ".cache" / "jax").symlink_to(jax_cache, target_is_directory=True)
+    if share_cache_of:
+        dvc(["cache", "dir", "--local", str(share_cache_of / ".dvc" / "cache")], dest)
+    gcs.remote_config(dest, BUCKET, prefix)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory) -> Path:
+    """A bare git repository standing in for the project's git server."""
+    path = tmp_path_factory.mktemp("origin") / "project.git"
+    sh(["git", "init", "-q", "--bare", "-b", "main", str(path)], path.parent)
+    return path
+
+
+@pytest.fixture(scope="module")
+def producer(tiny_run, gcs, origin, tmp_path_factory, jax_cache) -> Path:
+    """The machine that ran the pipeline: it pushed its outputs and run-cache to the bucket
+    and its commits to the git server."""
+    root = clone(tiny_run.path, tmp_path_factory.mktemp("producer") / "ws", jax_cache, gcs, "dvc", share_cache_of=tiny_run.path)
+    dvc(["checkout", "-q"], root)
+    sh(["git", "remote", "set-url", "origin", str(origin)], root)
+    sh(["git", "push", "-q", "origin", "main"], root)
+    remote(["push"], root)
+    return root
+
+
+@pytest.fixture
+def consumer(producer, origin, gcs, tmp_path, jax_cache) -> Path:
+    """Another machine: a fresh clone from the git server, its own empty DVC cache."""
+    return clone(origin, tmp_path / "consumer", jax_cache, gcs, "dvc")
+
+
+def test_pull_of_the_export_fetches_only_it_byte_identical(producer, consumer):
+    remote(["pull", "models/sft-hf"], consumer)
+    assert file_hashes(consumer, "models/sft-hf") == file_hashes(producer, "models/sft-hf")
+    for other in OUTPUTS[:-1]:
+        assert not (consumer / other).exists(), f"{other} was pulled too"
+
+
+def test_fresh_clone_runs_nothing_computed_elsewhere(producer, consumer):
+    proc = dvc(["repro", "--pull", "--allow-missing"], consumer)
+    assert stages_run(proc.stdout) == []
+    set_param(consumer, "convert_out.shard_size_mb", 1)
+    proc = dvc(["repro", "--pull", "--allow-missing"], consumer)
+    assert stages_run(proc.stdout) == ["convert_out"]  # no retraining on this machine
+
+
+def test_experiment_weights_travel(producer, consumer):
+    dvc(["exp", "run", "-n", "small-shards", "-S", "convert_out.shard_size_mb=2"], producer)
+    dvc(["exp", "push", "origin", "small-shards"], producer)
+    dvc(["exp", "pull", "origin", "small-shards"], consumer)
+    dvc(["exp", "apply", "small-shards"], consumer)
+    remote(["pull", "models/sft-hf"], consumer)
+    assert file_hashes(consumer, "models/sft-hf") == file_hashes(producer, "models/sft-hf")
+    assert len(list((consumer / "models" / "sft-hf").glob("*.safetensors"))) > 2
+
+
+def start_push(root: Path, module: bool) -> subprocess.Popen:
+    from conftest import env
+
+    cmd = [sys.executable, "-m", "stages.remote", "push"] if module else ["dvc", "push"]
+    return subprocess.Popen(cmd, cwd=root, env=env(**CLIENT_ENV), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def wait_for_objects(gcs: GcsServer, prefix: str, count: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while len(gcs.objects(BUCKET, prefix)) < count:
+        assert time.monotonic() < deadline, "the push never started uploading"
+        time.sleep(0.05)
+
+
+def test_push_killed_mid_transfer_completes_on_rerun(tiny_run, gcs, tmp_path, jax_cache):
+    root = clone(tiny_run.path, tmp_path / "killed", jax_cache, gcs, "dvc-killed", share_cache_of=tiny_run.path)
+    push = start_push(root, module=False)
+    wait_for_objects(gcs, "dvc-killed/", 3)
+    os.killpg(push.pid, signal.SIGKILL)
+    push.wait()
+    partial = len(gcs.objects(BUCKET, "dvc-killed/"))
+    dvc(["push"], root)
+    assert len(gcs.objects(BUCKET, "dvc-killed/")) > partial
+    fresh = clone(tiny_run.path, tmp_path / "fresh", jax_cache, gcs, "dvc-killed")
+    dvc(["pull"], fresh)
+    for output in OUTPUTS:
+        assert file_hashes(fresh, output) == file_hashes(tiny_run.path, output), output
+
+
+def test_server_gone_during_push_says_what_to_do(tiny_run, gcs, tmp_path, jax_cache):
+    root = clone(tiny_run.path, tmp_path / "outage", jax_cache, gcs, "dvc-outage", share_cache_of=tiny_run.path)
+    push = start_push(root, module=True)
+    wait_for_objects(gcs, "dvc-outage/", 2)
+    gcs.stop()
+    try:
+        out, err = push.communicate(timeout=300)
+    finally:
+        gcs.start()
+    assert push.returncode == 1
+    last = err.strip().splitlines()[-1]
+    assert "lost the connection to remote 'gcs' (gs://dvc-tests/dvc-outage) during push" in last
+    assert "python -m stages.remote push" in last
+    assert "Traceback" not in err  # the retries' tracebacks are in logs/remote.log
+    assert "Traceback" in (root / "logs" / "remote.log").read_text()
+    remote(["push"], root)
+    assert remote(["status"], root).stdout.strip().endswith("are in sync.")
+
+
+def test_server_gone_before_pull_is_one_line(producer, consumer, gcs):
+    gcs.stop()
+    try:
+        proc = remote(["pull", "models/sft-hf"], consumer, check=False, timeout=60)
+    finally:
+        gcs.start()
+    assert proc.returncode == 2 and proc.elapsed < 15
+    line = proc.stderr.strip().splitlines()
+    assert len(line) == 1 and f"remote 'gcs' (gs://{BUCKET}/dvc): cannot reach {gcs.url}" in line[0]
+    remote(["pull", "models/sft-hf"], consumer)  # and once it is back, the same command works
+
+
+def test_corrupted_object_is_refused_on_pull(producer, consumer, gcs):
+    config = (producer / "models" / "sft-hf" / "config.json").read_bytes()
+    name = f"dvc/files/md5/{(digest := hashlib.md5(config).hexdigest())[:2]}/{digest[2:]}"
+    assert name in gcs.objects(BUCKET, "dvc/files/md5/")
+    gcs.put(BUCKET, name, config.replace(b"gelu_pytorch_tanh", b"gelu_pytorch_tan_"))
+    try:
+        proc = remote(["pull", "models/sft-hf"], consumer, check=False)
+    finally:
+        gcs.put(BUCKET, name, config)
+    assert proc.returncode != 0
+    pulled = consumer / "models" / "sft-hf" / "config.json"
+    assert not pulled.exists() or pulled.read_bytes() == config  # never the corrupted bytes
+    assert "failed" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_missing_bucket_is_one_line(consumer):
+    dvc(["remote", "modify", "--local", "gcs", "url", "gs://no-such-bucket/dvc"], consumer)
+    proc = remote(["pull"], consumer, check=False, timeout=60)
+    assert proc.returncode == 2 and proc.elapsed < 15
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "bucket no-such-bucket does not exist" in lines[0]
+
+
+def test_unusable_credentials_are_one_line(consumer, tmp_path):
+    key = tmp_path / "key.json"
+    key.write_text('{"type": "service_account", "private_key": "not a key"}')
+    dvc(["remote", "modify", "--local", "gcs", "allow_anonymous_login", "false"], consumer)
+    dvc(["remote", "modify", "--local", "gcs", "credentialpath", str(key)], consumer)
+    proc = remote(["push"], consumer, check=False, timeout=60)
+    assert proc.returncode == 2 and proc.elapsed < 15
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "credentials rejected or unusable" in lines[0], proc.stderr

@@ -1,0 +1,30 @@
+"""The Hugging Face token reaches no file, command line or MaxText process."""
+
+import pytest
+
+from conftest import CANARY_TOKEN
+
+pytestmark = pytest.mark.slow
+
+
+def test_canary_token_is_in_no_process_argv_or_maxtext_environment(tiny_run):
+    commands = tiny_run.watch.seen_commands
+    for stage in ("base_model", "dataset", "convert_in", "train", "convert_out"):
+        assert any(f"stages.{stage}" in c for c in commands), f"the watch never saw stage {stage} run"
+    assert any("stages.lib.maxtext_main" in c for c in commands)
+    assert tiny_run.watch.leaks == []
+
+
+def test_canary_token_is_in_no_file_under_the_workspace(tiny_run):
+    needle = CANARY_TOKEN.encode()
+    scanned = 0
+    for path in tiny_run.path.rglob("*"):
+        if path.is_symlink() or not path.is_file():
+            continue  # .cache/jax links to the shared compilation cache; scanned below
+        scanned += 1
+        assert needle not in path.read_bytes(), f"the HF token was written to {path}"
+    for path in (tiny_run.path / ".cache" / "jax").rglob("*"):
+        if path.is_file():
+            assert needle not in path.read_bytes(), f"the HF token was written to {path}"
+    assert scanned > 100  # dvc.lock, .dvc/cache, logs/, metrics/, models/ ...
+    assert CANARY_TOKEN not in tiny_run.output
