@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole pipeline on the tiny recipe, on this machine's CPU, offline (~5 minutes):
+# The whole pipeline on the tiny recipe, on this machine's CPU, offline (~7 minutes):
 #
 #   scripts/demo.sh
 #

@@ -12,11 +12,11 @@ published, so a wrong architecture fails here rather than after conversion.
 
 import os
 
-from stages.lib import gemma3, hardware, hub, outputs, tiny_gemma3
+from stages.lib import gemma3, hardware, hub, outputs, paths, tiny_gemma3
 from stages.lib.cli import run
 from stages.lib.params import load
 
-OUT = os.path.join("models", "base-hf")
+OUT = paths.BASE_HF
 
 
 def main() -> None:

@@ -13,12 +13,12 @@ exactly the model that was downloaded.
 import os
 import sys
 
-from stages.lib import gemma3, hardware, maxtext, outputs
+from stages.lib import gemma3, hardware, maxtext, outputs, paths
 from stages.lib.cli import StageFailed, run
 from stages.lib.params import load
 
-BASE = os.path.join("models", "base-hf")
-OUT = os.path.join("models", "base-maxtext")
+BASE = paths.BASE_HF
+OUT = paths.BASE_MAXTEXT
 MODULE = "maxtext.checkpoint_conversion.to_maxtext"
 
 
@@ -33,8 +33,8 @@ def maxtext_args(params: dict, out_dir: str) -> list[str]:
         "use_multimodal=false",  # text SFT; the vision tower is carried over by convert_out
         f"base_output_directory={out_dir}",
         "run_name=convert_in",
-        f"checkpoint_storage_use_ocdbt={str(m['checkpoint_ocdbt']).lower()}",
-        f"checkpoint_storage_use_zarr3={str(m['checkpoint_zarr3']).lower()}",
+        f"checkpoint_storage_use_ocdbt={maxtext.flag(m['checkpoint_ocdbt'])}",
+        f"checkpoint_storage_use_zarr3={maxtext.flag(m['checkpoint_zarr3'])}",
         f"--hf_model_path={BASE}",
         "--lazy_load_tensors=true",  # one tensor at a time: RAM stays ~1 GB + the largest tensor
         f"--save_dtype={params['convert_in']['save_dtype']}",

@@ -16,13 +16,13 @@ import json
 import os
 import sys
 
-from stages.lib import export, gemma3, hardware, maxtext, outputs
+from stages.lib import export, gemma3, hardware, maxtext, outputs, paths
 from stages.lib.cli import StageFailed, run
 from stages.lib.params import load
 
-BASE = os.path.join("models", "base-hf")
-SFT = os.path.join("models", "sft-maxtext")
-OUT = os.path.join("models", "sft-hf")
+BASE = paths.BASE_HF
+SFT = paths.SFT_PARAMS
+OUT = paths.SFT_HF
 METRICS = os.path.join("metrics", "export_check.json")
 MODULE = "maxtext.checkpoint_conversion.to_huggingface"
 
@@ -46,9 +46,16 @@ def check_export(params: dict, export_dir: str, report_path: str) -> tuple[dict,
     failures = [f"config.json differs from the base's: {d}" for d in export.config_differences(export_dir, BASE)]
     limits = params["convert_out"]["check"]
     args = ["--export", export_dir, "--report", report_path, "--tie-margin", str(limits["tie_margin"]), "--"]
-    # The reference is the trained model as trained: float32 weights, float32 compute. The
-    # export's own rounding (bf16) is part of what is measured; the thresholds sit above it.
-    args += maxtext.common_args(params, BASE) + [f"load_parameters_path={os.path.abspath(SFT)}"]
+    # The reference is the trained model as trained: float32 weights, float32 compute, and for
+    # a LoRA run the base with its adapter applied by MaxText at run time, so that the merge
+    # (stages/lib/merge_lora.py) is checked too. The export's own rounding to bf16 is part of
+    # what is measured; the thresholds sit above it.
+    args += maxtext.common_args(params, BASE)
+    if os.path.isdir(paths.SFT_LORA):
+        args += [f"load_parameters_path={os.path.abspath(paths.BASE_MAXTEXT_PARAMS)}",
+                 f"lora.lora_restore_path={os.path.abspath(paths.SFT_LORA)}"] + maxtext.lora_args(params)
+    else:
+        args += [f"load_parameters_path={os.path.abspath(SFT)}"]
     maxtext.run("convert_out.check", "stages.lib.export_check", args, params)
     with open(report_path) as f:
         report = json.load(f)

@@ -14,11 +14,11 @@ stage with its split and row number.
 import json
 import os
 
-from stages.lib import chat, hardware, hub, outputs
+from stages.lib import chat, hardware, hub, outputs, paths
 from stages.lib.cli import UserError, run
 from stages.lib.params import load
 
-OUT = os.path.join("data", "chat")
+OUT = paths.DATA
 METRICS = os.path.join("metrics", "dataset.json")
 
 

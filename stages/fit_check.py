@@ -20,11 +20,11 @@ import os
 import re
 import tempfile
 
-from stages.lib import hardware, maxtext, outputs
+from stages.lib import hardware, maxtext, outputs, paths
 from stages.lib.cli import StageFailed, UserError, run
 from stages.lib.params import load
 
-BASE = os.path.join("models", "base-hf")
+BASE = paths.BASE_HF
 METRICS = os.path.join("metrics", "fit_check.json")
 MODULE = "maxtext.trainers.pre_train.train_compile"
 GIB = 1024**3

@@ -10,11 +10,11 @@ the base checkpoint is one MaxText can represent. Exit 0 when all is well.
 import os
 
 from stages import dataset
-from stages.lib import gemma3
+from stages.lib import gemma3, paths
 from stages.lib.params import load
 from stages.lib.cli import run
 
-BASE = os.path.join("models", "base-hf")
+BASE = paths.BASE_HF
 
 
 def main() -> None:

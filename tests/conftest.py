@@ -143,16 +143,20 @@ def tiny_run(workspace) -> SimpleNamespace:
     return run_pipeline(workspace("tiny-run"), HF_TOKEN=CANARY_TOKEN)
 
 
-@pytest.fixture
-def clone_of_tiny_run(tiny_run, tmp_path, jax_cache) -> Path:
+def clone_workspace(tiny_run, parent: Path, jax_cache: Path) -> Path:
     """A git clone of tiny_run sharing its DVC cache, outputs checked out: free to modify."""
-    root = tmp_path / "clone"
-    sh(["git", "clone", "-q", str(tiny_run.path), str(root)], tmp_path)
+    root = parent / "clone"
+    sh(["git", "clone", "-q", str(tiny_run.path), str(root)], parent)
     (root / ".cache").mkdir()
     (root / ".cache" / "jax").symlink_to(jax_cache, target_is_directory=True)
     sh(["dvc", "cache", "dir", "--local", str(tiny_run.path / ".dvc" / "cache")], root)
     sh(["dvc", "checkout", "-q"], root)
     return root
+
+
+@pytest.fixture
+def clone_of_tiny_run(tiny_run, tmp_path, jax_cache) -> Path:
+    return clone_workspace(tiny_run, tmp_path, jax_cache)
 
 
 def stages_run(output: str) -> list[str]:

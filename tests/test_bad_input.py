@@ -54,6 +54,11 @@ def fake_base(config_changes: dict, weights: bool = True):
     return apply
 
 
+def real_base(root):
+    """The tiny recipe's real base checkpoint (seconds to build)."""
+    sh([sys.executable, "-m", "stages.base_model"], root)
+
+
 def params_case(key_path, value):
     def change(p):
         *parents, leaf = key_path
@@ -69,6 +74,15 @@ def params_case(key_path, value):
 
 
 DELETE = object()
+
+
+def both(*breakages):
+    def apply(root):
+        for b in breakages:
+            b(root)
+
+    return apply
+
 
 # (id, stage, break the workspace, the message's telling part)
 CASES = [
@@ -96,6 +110,8 @@ CASES = [
     ("no-base-checkpoint", "convert_in", lambda root: None, "models/base-hf/config.json: not found; run the base_model stage first"),
     ("no-base-weights", "convert_in", fake_base({}, weights=False), "no model.safetensors.index.json or model.safetensors"),
     ("unsupported-activation", "convert_in", fake_base({"hidden_activation": "gelu"}), "hidden_activation='gelu'"),
+    ("no-disk-for-checkpoints", "train", both(real_base, params_case(("runtime", "keep_checkpoints"), 10**9)),
+     "not enough free disk for MaxText's training checkpoints in"),
 ]
 
 
@@ -126,3 +142,15 @@ def test_bad_input_through_dvc_repro(workspace):
     assert "base_model: error: params.yaml: train.setps: unknown key (did you mean train.steps?)" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (root / "dvc.lock").exists()
+
+
+def test_grid_refuses_a_bad_variant_before_queuing_any(workspace):
+    root = workspace("bad-grid")
+    proc = sh([sys.executable, "-m", "stages.grid", "train.learning_rate=1e-3,-1", "train.stpes=40"], root, check=False, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "grid: error: train.learning_rate=1e-3 train.stpes=40: train.stpes: unknown key (did you mean train.steps?)"]
+    proc = sh([sys.executable, "-m", "stages.grid", "train.learning_rate=1e-3,-1"], root, check=False, timeout=60)
+    assert "train.learning_rate=-1: train.learning_rate: expected a number > 0" in proc.stderr
+    assert "queued" not in proc.stdout
+    assert "No experiment tasks" in sh(["dvc", "queue", "status"], root).stdout

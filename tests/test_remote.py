@@ -3,7 +3,9 @@ what one machine pushed, another pulls byte for byte or skips recomputing; trans
 die half-way are finished by re-running; corruption and bad configuration are refused."""
 
 import hashlib
+import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -91,7 +93,7 @@ def test_fresh_clone_runs_nothing_computed_elsewhere(producer, consumer):
     assert stages_run(proc.stdout) == []
     set_param(consumer, "convert_out.shard_size_mb", 1)
     proc = dvc(["repro", "--pull", "--allow-missing"], consumer)
-    assert stages_run(proc.stdout) == ["convert_out"]  # no retraining on this machine
+    assert stages_run(proc.stdout) == ["convert_out", "evaluate"]  # no retraining on this machine
 
 
 def test_experiment_weights_travel(producer, consumer):
@@ -189,11 +191,14 @@ def test_missing_bucket_is_one_line(consumer):
 
 
 def test_unusable_credentials_are_one_line(consumer, tmp_path):
+    canary = "gcs-canary-" + secrets.token_hex(8)  # a secret that must be echoed nowhere
     key = tmp_path / "key.json"
-    key.write_text('{"type": "service_account", "private_key": "not a key"}')
+    key.write_text(json.dumps({"type": "service_account", "private_key": canary, "client_email": "x@y.iam"}))
     dvc(["remote", "modify", "--local", "gcs", "allow_anonymous_login", "false"], consumer)
     dvc(["remote", "modify", "--local", "gcs", "credentialpath", str(key)], consumer)
     proc = remote(["push"], consumer, check=False, timeout=60)
     assert proc.returncode == 2 and proc.elapsed < 15
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "credentials rejected or unusable" in lines[0], proc.stderr
+    assert canary not in proc.stdout + proc.stderr
+    assert not [p for p in consumer.rglob("*") if p.is_file() and not p.is_symlink() and canary.encode() in p.read_bytes()]

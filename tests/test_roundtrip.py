@@ -24,8 +24,8 @@ def test_hub_layout_checkpoint_round_trips(clone_of_tiny_run):
     root = clone_of_tiny_run
     assert gemma3.detect_layout(str(root / "models" / "base-hf")) == "hub"
     # Export the *converted base* instead of the trained parameters: what comes out must be the base.
-    shutil.rmtree(root / "models" / "sft-maxtext")
-    shutil.copytree(root / "models" / "base-maxtext" / "0" / "items", root / "models" / "sft-maxtext")
+    shutil.rmtree(root / "models" / "sft-maxtext" / "params")
+    shutil.copytree(root / "models" / "base-maxtext" / "0" / "items", root / "models" / "sft-maxtext" / "params")
     sh([sys.executable, "-m", "stages.convert_out"], root)
 
     base, back = tensors(root / "models" / "base-hf"), tensors(root / "models" / "sft-hf")

@@ -7,6 +7,11 @@ Anything else fails inside MaxText minutes into a run, or is silently mis-masked
 caught here with the row number.
 """
 
+import os
+
+from stages.lib import paths
+from stages.lib.maxtext import flag
+
 ROLES = ("system", "user", "assistant")
 
 
@@ -36,3 +41,43 @@ def problem(row) -> str | None:
     if messages[-1]["role"] != "assistant":
         return "the last message must be from the assistant (nothing would be trained on)"
     return None
+
+
+def maxtext_data_args(params: dict, train_file: str | None = None) -> list[str]:
+    """How chat rows become token batches: shared by training and the evaluate stage, so that
+    held-out loss is measured on exactly what training optimises."""
+    t = params["train"]
+    return [
+        f"tokenizer_path={os.path.abspath(paths.BASE_HF)}",
+        "hf_path=json",
+        f"hf_train_files={os.path.abspath(train_file or os.path.join(paths.DATA, 'train.jsonl'))}",
+        "train_split=train",
+        "train_data_columns=['messages']",
+        f"hf_eval_files={os.path.abspath(os.path.join(paths.DATA, 'eval.jsonl'))}",
+        "hf_eval_split=train",  # a JSON file's only split, whatever it is called upstream
+        "eval_data_columns=['messages']",
+        f"max_target_length={t['max_target_length']}",
+        f"packing={flag(t['packing'])}",
+        f"sft_train_on_completion_only={flag(t['completion_only_loss'])}",
+    ]
+
+
+def count_too_long(jsonl_path: str, tokenizer_dir: str, max_length: int, batch: int = 256) -> tuple[int, int]:
+    """(conversations longer than max_length tokens once templated, all conversations).
+
+    MaxText truncates such rows silently: the end of the conversation, usually the answer it
+    should learn, is never trained on. Counting them first lets the train stage say so.
+    """
+    import json
+
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+    too_long = total = 0
+    with open(jsonl_path) as f:
+        rows = (json.loads(line)["messages"] for line in f if line.strip())
+        while chunk := [m for _, m in zip(range(batch), rows)]:
+            ids = tokenizer.apply_chat_template(chunk, tokenize=True, return_dict=True)["input_ids"]
+            too_long += sum(len(x) > max_length for x in ids)
+            total += len(chunk)
+    return too_long, total

@@ -57,6 +57,13 @@ def maxtext_logits(maxtext_args: list[str], prompts: list[list[int]]) -> list[np
         + [f"max_target_length={length}", f"per_device_batch_size={batch // n_dev}", "dtype=float32", "run_name=export_check"]
     )
     model, mesh = model_creation_utils.from_pretrained(config)
+    if config.lora.enable_lora:  # base + adapter, as MaxText trained it (train_sft does the same)
+        from flax.core.spmd import logical_axis_rules
+        from maxtext.utils import lora_utils
+
+        with jax.set_mesh(mesh), logical_axis_rules(config.logical_axis_rules):
+            model = lora_utils.apply_lora_to_model(model, mesh, config)
+            lora_utils.restore_lora_from_path(model, config)
     tokens = np.zeros((batch, length), np.int32)
     segments = np.zeros((batch, length), np.int32)
     for i, p in enumerate(prompts):

@@ -6,7 +6,7 @@ progress line now and then, and on failure the last lines of the log.
 """
 
 import collections
-import ctypes
+import contextlib
 import os
 import re
 import signal
@@ -15,8 +15,10 @@ import sys
 import time
 from typing import Callable
 
+import psutil
+
 from stages.lib import gemma3, hardware
-from stages.lib.cli import StageFailed
+from stages.lib.cli import Interrupted, StageFailed, die_with_parent
 
 LOG_DIR = "logs"
 JAX_CACHE_DIR = os.path.join(".cache", "jax")
@@ -48,13 +50,27 @@ def child_env(params: dict) -> dict:
     return env
 
 
+def flag(value: bool) -> str:
+    """A boolean as MaxText's command line spells it."""
+    return str(value).lower()
+
+
 def common_args(params: dict, base_hf_dir: str) -> list[str]:
     """Flags every entry point gets: the base checkpoint's architecture, hardware, caches."""
     args = gemma3.maxtext_model_args(base_hf_dir, params["model"]["maxtext_name"])
-    args += [f"scan_layers={str(params['model']['scan_layers']).lower()}", f"jax_cache_dir={os.path.abspath(JAX_CACHE_DIR)}"]
+    args += [f"scan_layers={flag(params['model']['scan_layers'])}", f"jax_cache_dir={os.path.abspath(JAX_CACHE_DIR)}"]
     if params["hardware"]["kind"] == "cpu":
         args += ["hardware=cpu", "skip_jax_distributed_system=true"]
     return args
+
+
+def lora_args(params: dict) -> list[str]:
+    """MaxText's LoRA flags for train.lora (none when it is off)."""
+    lora = params["train"]["lora"]
+    if not lora["enabled"]:
+        return []
+    args = ["lora.enable_lora=true", f"lora.lora_rank={lora['rank']}", f"lora.lora_alpha={float(lora['alpha'])}"]
+    return args + ([f"lora.lora_module_path={lora['module_path']}"] if lora["module_path"] else [])
 
 
 def command(module: str, args: list[str], hf_config: str | None = None, hf_layout: str | None = None) -> list[str]:
@@ -77,12 +93,6 @@ def dry_run(stage: str, module: str, args: list[str], params: dict, hf_config: s
     if proc.returncode != 0:
         raise StageFailed(f"MaxText rejected the configuration:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
     print(f"{stage}: {proc.stdout.strip().splitlines()[-1]}", flush=True)
-
-
-def _die_with_parent() -> None:
-    # If the stage is SIGKILLed, take MaxText down with it instead of leaving it training.
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def run(
@@ -113,10 +123,11 @@ def run(
         log.flush()
         child = subprocess.Popen(
             cmd, env={**child_env(params), **(extra_env or {})}, stdout=None if verbose else log, stderr=subprocess.STDOUT if not verbose else None,
-            preexec_fn=_die_with_parent,
+            # If the stage is SIGKILLed, take MaxText down with it instead of leaving it training.
+            preexec_fn=lambda: die_with_parent(signal.SIGKILL),
         )
         # Forward SIGTERM so `kill <stage>` stops MaxText too (SIGINT reaches it via the group).
-        previous = signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
+        previous = signal.signal(signal.SIGTERM, lambda *_: signal_tree(signal.SIGTERM))
         try:
             last, last_at = None, 0.0
             while child.poll() is None:
@@ -130,6 +141,9 @@ def run(
             if child.poll() is None:
                 child.kill()
                 child.wait()
+            stop_descendants()  # MaxText's data workers outlive a killed MaxText
+    if child.returncode in (-signal.SIGTERM, -signal.SIGINT):
+        raise Interrupted(f"{module} stopped by {signal.Signals(-child.returncode).name} after {time.monotonic() - started:.0f} s")
     if child.returncode != 0:
         tail = _tail(log_path, 25)
         raise MaxTextFailed(
@@ -139,6 +153,27 @@ def run(
         )
     print(f"{stage}: {module} done in {time.monotonic() - started:.0f} s", flush=True)
     return log_path
+
+
+def signal_tree(sig: int) -> None:
+    """Sends sig to every descendant of this process (MaxText and the workers it started)."""
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(sig)
+
+
+def stop_descendants(grace_s: float = 5.0) -> None:
+    """Stops and reaps whatever this process's children left behind (this process adopts
+    orphans: cli.adopt_orphans)."""
+    left = psutil.Process().children(recursive=True)
+    for proc in left:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(left, timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
 
 
 def _tail(path: str, n: int) -> str:

@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--validate-only", action="store_true", help="only run MaxText's config validation on ARGS")
     ours = parser.parse_args(sys.argv[1:split])
     maxtext_args = sys.argv[split + 1 :]
-    model_name = next(a.split("=", 1)[1] for a in maxtext_args if a.startswith("model_name="))
+    model_name = next((a.split("=", 1)[1] for a in maxtext_args if a.startswith("model_name=")), None)
 
     if ours.validate_only:
         from maxtext.configs import pyconfig

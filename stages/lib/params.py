@@ -67,7 +67,12 @@ def Choice(*options: str) -> Field:
 
 
 def Str(pattern: str = r".+", expect: str = "a non-empty string", nullable: bool = False) -> Field:
-    return Field(expect, lambda v: isinstance(v, str) and re.fullmatch(pattern, v) is not None, nullable)
+    return Field(expect, lambda v: isinstance(v, str) and re.fullmatch(pattern, v, re.S) is not None, nullable)
+
+
+def StrList() -> Field:
+    return Field("a non-empty list of non-empty strings",
+                 lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, str) and x.strip() for x in v))
 
 
 # Source-specific keys are null when the other source is chosen; _check_consistency says which.
@@ -114,7 +119,14 @@ SCHEMA: dict = {
         "completion_only_loss": Bool(),
         "num_epochs": Int(1),
         "checkpoint_period": Int(1),
+        "eval_interval": Int(0),
         "seed": Int(0),
+        "lora": {
+            "enabled": Bool(),
+            "rank": Int(1),
+            "alpha": Num(gt=0),
+            "module_path": Str(r".*", "a regex of MaxText module paths, or \"\" for MaxText's default for the model"),
+        },
     },
     "convert_out": {
         "dtype": DTYPE,
@@ -125,6 +137,10 @@ SCHEMA: dict = {
             "min_top1_agreement": Num(ge=0, le=1),
             "tie_margin": Num(ge=0),
         },
+    },
+    "evaluate": {
+        "prompts": StrList(),
+        "max_new_tokens": Int(1),
     },
     "hardware": {
         "kind": Choice(*hardware.KINDS),
@@ -217,6 +233,11 @@ def load(path: str = PARAMS_FILE) -> dict:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""
         raise UserError(f"{path}: not valid YAML{at}: {getattr(e, 'problem', e)}") from None
-    _check(params, SCHEMA, "", path)
-    _check_consistency(params, path)
+    return validate(params, path)
+
+
+def validate(params, where: str = PARAMS_FILE) -> dict:
+    """Checks a params tree against SCHEMA; `where` names its source in the error."""
+    _check(params, SCHEMA, "", where)
+    _check_consistency(params, where)
     return params

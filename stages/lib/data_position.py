@@ -1,0 +1,59 @@
+"""How many training conversations MaxText's SFT input pipeline consumed in its first N steps.
+
+Run by the train stage before resuming (through stages.lib.maxtext_main, for MaxText's
+environment), on CPU, with as many simulated devices as the recipe's accelerator has:
+
+    python -m stages.lib.maxtext_main stages.lib.data_position -- --steps 20 --report R.json \
+        -- <the MaxText SFT flags of the run being resumed>
+
+MaxText's SFT (through Tunix's data hooks) restarts its input pipeline from the first row on
+resume instead of where it stopped. The train stage feeds MaxText an explicit data stream
+(shuffled by the stage, not by MaxText), so resuming at the right place means starting that
+stream after the rows the first N steps packed. This replays MaxText's own pipeline (same
+tokenizer, template, packing, batch size) for those steps and counts the rows in them: each
+packed row numbers its conversations 1..n in `inputs_segmentation`.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+
+def consumed_rows(maxtext_args: list[str], steps: int) -> int:
+    import jax
+    import numpy as np
+    from maxtext.configs import pyconfig
+    from maxtext.input_pipeline import hf_data_processing
+    from maxtext.utils import maxtext_utils
+    from maxtext.utils.globals import MAXTEXT_CONFIGS_DIR
+
+    config = pyconfig.initialize_pydantic(["data_position", os.path.join(MAXTEXT_CONFIGS_DIR, "post_train", "sft.yml"),
+                                           *maxtext_args])
+    mesh = maxtext_utils.get_mesh_from_config(config)
+    batches = hf_data_processing.make_hf_train_iterator(config, mesh, [jax.process_index()])
+    micro_batches = steps * max(1, config.gradient_accumulation_steps)  # Tunix takes one per micro-step
+    rows = 0
+    for _ in range(micro_batches):
+        segments = np.asarray(next(batches)["inputs_segmentation"])
+        rows += int(segments.max(axis=1).sum()) if config.packing else int((segments.max(axis=1) > 0).sum())
+    return rows
+
+
+def main() -> None:
+    from absl import flags
+
+    flags.FLAGS(sys.argv[:1])  # Grain's data workers read absl flags, which MaxText's app.run would parse
+    split = sys.argv.index("--")
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--report", required=True)
+    ours = parser.parse_args(sys.argv[1:split])
+    rows = consumed_rows(sys.argv[split + 1 :], ours.steps)
+    with open(ours.report, "w") as f:
+        json.dump({"steps": ours.steps, "rows": rows}, f)
+    print(f"data_position: the first {ours.steps} steps consumed {rows} rows", flush=True)
+
+
+if __name__ == "__main__":
+    main()
