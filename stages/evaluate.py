@@ -62,11 +62,7 @@ def write_generations(prompts: list[str], base: list[str], tuned: list[str]) -> 
     for i, (prompt, b, t) in enumerate(zip(prompts, base, tuned), start=1):
         lines += [f"## {i}. {prompt}", "", "**base**", "", "> " + (b or "(nothing)").replace("\n", "\n> "), "",
                   "**fine-tuned**", "", "> " + (t or "(nothing)").replace("\n", "\n> "), ""]
-    os.makedirs(os.path.dirname(GENERATIONS), exist_ok=True)
-    tmp = f"{GENERATIONS}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write("\n".join(lines))
-    os.replace(tmp, GENERATIONS)
+    outputs.write_text(GENERATIONS, "\n".join(lines))
 
 
 def main() -> None:

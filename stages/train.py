@@ -27,6 +27,7 @@ import csv
 import fcntl
 import hashlib
 import importlib.metadata
+import io
 import json
 import os
 import statistics
@@ -189,13 +190,11 @@ def summarise(steps: list[dict], evals: list[dict], params: dict) -> dict:
 
 
 def write_csv(path: str, header: list[str], rows: list[list]) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        w.writerows(rows)
-    os.replace(tmp, path)
+    text = io.StringIO()
+    w = csv.writer(text)
+    w.writerow(header)
+    w.writerows(rows)
+    outputs.write_text(path, text.getvalue())
 
 
 def write_plots(steps: list[dict], evals: list[dict]) -> None:
@@ -213,7 +212,7 @@ def write_stream(params: dict, work: Workdir) -> str:
     if not os.path.exists(path):
         with open(os.path.join(paths.DATA, "train.jsonl")) as f:
             rows = [line for line in f if line.strip()]
-        tmp = f"{path}.tmp-{os.getpid()}"
+        tmp = f"{path}.tmp-{os.getpid()}"  # streamed, not outputs.write_text: it can be GBs
         with open(tmp, "w") as f:
             for epoch in range(params["train"]["num_epochs"]):
                 for i in np.random.RandomState(params["train"]["seed"] + epoch).permutation(len(rows)):

@@ -2,6 +2,7 @@
 (tests/hub_server.py), pinned revisions, gated models and clear errors."""
 
 import json
+import secrets
 import sys
 
 import pyarrow as pa
@@ -16,8 +17,9 @@ MODEL = "google/gemma-3-4b-it"
 MODEL_SHA = "093f9f388b31de276ce2de164bdc2081324b9767"
 DATASET = "HuggingFaceH4/ultrachat_200k"
 DATASET_SHA = "8049631c405ae6576f93f445c6b8166f76f5505a"
-GOOD_TOKEN = "hf_licenseAcceptedTokenForTestsOnly0000"
-OTHER_TOKEN = "hf_noLicenseTokenForTestsOnly000000000"
+# Made up per session, so that no tracked file holds anything shaped like a real token.
+GOOD_TOKEN = "hf_" + secrets.token_hex(17)  # its account accepted the license
+OTHER_TOKEN = "hf_" + secrets.token_hex(17)  # its account did not
 
 
 def conversation(i: int) -> list[dict]:

@@ -41,14 +41,18 @@ def staged_dir(path: str):
     os.rename(tmp, path)
 
 
-def write_json(path: str, data) -> None:
-    """Writes JSON atomically (temp file + rename)."""
+def write_text(path: str, text: str) -> None:
+    """Writes a file atomically (temp file + rename): readers see the old file or the new one."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
+    with open(tmp, "w", newline="") as f:
+        f.write(text)
     os.replace(tmp, path)
+
+
+def write_json(path: str, data) -> None:
+    """Writes JSON atomically."""
+    write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def link_or_copy_tree(src: str, dst: str) -> None:
