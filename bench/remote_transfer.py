@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-from gcs_server import CLIENT_ENV, GcsServer  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ROOT, Row, log, table, verdict  # noqa: E402
+from gcs_server import CLIENT_ENV, GcsServer  # noqa: E402  (tests/, on the path through common)
 
 BUCKET = "bench-bucket"
 RAW = """
@@ -64,27 +64,19 @@ def project_remote_settings() -> dict:
     return {k: section[k] for k in ("jobs", "verify") if k in section}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--size-gb", type=float, default=2.0)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a remote setting from .dvc/config (e.g. verify=false, jobs=4) to see what it costs")
-    args = parser.parse_args()
-
-    work = Path(tempfile.mkdtemp(prefix="bench-remote-", dir=os.environ.get("BENCH_TMP")))
+def bench(work: Path, size_gb: float = 2.0, rounds: int = 3, overrides: dict | None = None) -> list[Row]:
     repo = work / "repo"
     repo.mkdir()
     dvc = [str(Path(sys.executable).parent / "dvc")]
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     subprocess.run(dvc + ["init", "-q"], cwd=repo, check=True)
     subprocess.run(dvc + ["config", "cache.type", "hardlink,symlink"], cwd=repo, check=True)
-    make_export(repo / "export", args.size_gb)
+    make_export(repo / "export", size_gb)
     subprocess.run(dvc + ["add", "-q", "export"], cwd=repo, check=True)  # hashing happens once, untimed
-    settings = {**project_remote_settings(), **dict(kv.split("=", 1) for kv in args.set)}
+    settings = {**project_remote_settings(), **(overrides or {})}
     times = {"dvc push": [], "gcsfs put": [], "dvc pull": [], "gcsfs get": []}
 
-    for i in range(args.rounds):
+    for i in range(rounds):
         server = GcsServer(work / f"gcs-{i}")
         server.start()
         server.create_bucket(BUCKET)
@@ -108,16 +100,27 @@ def main() -> None:
         shutil.rmtree(work / f"gcs-{i}")
         shutil.rmtree(clone)
         shutil.rmtree(raw_dest)
-        print(f"round {i + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()), flush=True)
+        log(f"remote: round {i + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()))
 
-    shutil.rmtree(work)
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"\n{args.size_gb:g} GB export (4 shards + side files), {args.rounds} rounds, medians; remote settings {settings}\n")
-    print("| direction | DVC | raw gcsfs | DVC / raw | target |")
-    print("|---|---|---|---|---|")
+    rows = []
     for direction, a, b in (("push", "dvc push", "gcsfs put"), ("pull", "dvc pull", "gcsfs get")):
         ratio = med[a] / med[b]
-        print(f"| {direction} | {med[a]:.1f} s | {med[b]:.1f} s | {ratio:.2f}x | <= 1.25x {'met' if ratio <= 1.25 else 'MISSED'} |")
+        rows.append(Row(f"8. remote: `{a}` vs raw gcsfs, {size_gb:g} GB export", f"{med[a]:.1f} s", f"{med[b]:.1f} s",
+                        f"{ratio:.2f}x", "<= 1.25x", verdict(ratio <= 1.25),
+                        [f"fake-gcs-server on 127.0.0.1, {rounds} rounds alternating, remote settings {settings}"]))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size-gb", type=float, default=2.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a remote setting from .dvc/config (e.g. verify=false, jobs=4) to see what it costs")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-remote-", dir=os.environ.get("BENCH_TMP")) as work:
+        print(table(bench(Path(work), args.size_gb, args.rounds, dict(kv.split("=", 1) for kv in args.set))))
 
 
 if __name__ == "__main__":

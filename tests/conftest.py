@@ -32,6 +32,9 @@ def env(**extra) -> dict:
     e = dict(os.environ)
     e["PATH"] = f"{VENV_BIN}{os.pathsep}{e['PATH']}"  # `python` and `dvc` in stage commands = this venv
     e.pop("PIPELINE_VERBOSE", None)
+    # DVC runs stage commands through $SHELL; CI has none set, so DVC falls back to /bin/sh
+    # (dash), which forks rather than execs. Use the same shell everywhere.
+    e["SHELL"] = "/bin/sh"
     for key, value in extra.items():  # None removes a variable
         if value is None:
             e.pop(key, None)

@@ -9,6 +9,7 @@ import ctypes
 import os
 import signal
 import sys
+import time
 
 
 class UserError(Exception):
@@ -45,8 +46,12 @@ def run(main, stage: str) -> None:
     # rather than training on as an orphan that a new `dvc repro` would race.
     die_with_parent()
     adopt_orphans()
+    started = time.monotonic()
     try:
         main()
+        if os.environ.get("DVC_STAGE"):  # set by DVC for stage commands: time them in the repro log
+            # (bench/pipeline.py reads these); commands run by hand stay quiet.
+            print(f"{stage}: done in {time.monotonic() - started:.1f} s", flush=True)
     except UserError as e:
         print(f"{stage}: error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)

@@ -20,7 +20,9 @@ import os
 import sys
 
 
-def consumed_rows(maxtext_args: list[str], steps: int) -> int:
+def packed_batches(maxtext_args: list[str]):
+    """MaxText's SFT training batches for these flags, as its trainer receives them (one per
+    micro-step): (config, an iterator of `inputs_segmentation` arrays, 0 = padding)."""
     import jax
     import numpy as np
     from maxtext.configs import pyconfig
@@ -32,10 +34,15 @@ def consumed_rows(maxtext_args: list[str], steps: int) -> int:
                                            *maxtext_args])
     mesh = maxtext_utils.get_mesh_from_config(config)
     batches = hf_data_processing.make_hf_train_iterator(config, mesh, [jax.process_index()])
+    return config, (np.asarray(batch["inputs_segmentation"]) for batch in batches)
+
+
+def consumed_rows(maxtext_args: list[str], steps: int) -> int:
+    config, segmentations = packed_batches(maxtext_args)
     micro_batches = steps * max(1, config.gradient_accumulation_steps)  # Tunix takes one per micro-step
     rows = 0
     for _ in range(micro_batches):
-        segments = np.asarray(next(batches)["inputs_segmentation"])
+        segments = next(segmentations)
         rows += int(segments.max(axis=1).sum()) if config.packing else int((segments.max(axis=1) > 0).sum())
     return rows
 

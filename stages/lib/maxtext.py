@@ -151,7 +151,7 @@ def run(
             f"Last lines of {log_path}:\n{tail}",
             log_path,
         )
-    print(f"{stage}: {module} done in {time.monotonic() - started:.0f} s", flush=True)
+    print(f"{stage}: {module} done in {time.monotonic() - started:.1f} s", flush=True)
     return log_path
 
 

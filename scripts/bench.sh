@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The benchmark suite (~25 minutes on 2 cores, ~20 GB of free disk): prints a table of
+# measurements, each against a baseline taken in the same run. See bench/run.py.
+#
+#   scripts/bench.sh                                  # print the table
+#   scripts/bench.sh --markdown docs/benchmarks.md    # ... and record it
+#
+# Builds .venv if needed. Extra arguments go to bench/run.py.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+exec .venv/bin/python bench/run.py "$@"
