@@ -22,16 +22,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the stages' own functions build the by-hand commands
 sys.path.insert(0, str(ROOT / "tests"))
-from conftest import GIT_ID, project_files  # noqa: E402  (the tests' notion of "the project")
+from conftest import copy_project, env, stages_run  # noqa: E402, F401  (the tests' helpers: the project, its environment)
 
-VENV_BIN = Path(sys.executable).parent
-
-
-def env(**extra: str) -> dict:
-    """This process's environment with the venv first on PATH (`python` and `dvc` in stage commands)."""
-    e = {k: v for k, v in os.environ.items() if k != "PIPELINE_VERBOSE"}
-    e["PATH"] = f"{VENV_BIN}{os.pathsep}{e['PATH']}"
-    return {**e, **extra}
 
 
 @dataclass
@@ -91,23 +83,12 @@ def stage_seconds(output: str) -> dict[str, float]:
     return times
 
 
-def stages_run(output: str) -> list[str]:
-    return re.findall(r"^Running stage '([\w.]+)'", output, re.M)
-
-
 def new_workspace(path: Path, recipe: str = "tiny") -> Path:
     """A fresh copy of the project in `path` (its own git repository and DVC cache)."""
     if path.exists():
         shutil.rmtree(path)
-    for f in project_files():
-        (path / f).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / f, path / f)
-    quiet = {"stdout": subprocess.DEVNULL, "check": True, "env": env()}
-    subprocess.run([sys.executable, "-m", "stages.recipe", recipe], cwd=path, **quiet)
-    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=path, **quiet)
-    subprocess.run(["git", *GIT_ID, "add", "-A"], cwd=path, **quiet)
-    subprocess.run(["git", *GIT_ID, "commit", "-q", "-m", "project"], cwd=path, **quiet)
-    return path
+    path.mkdir(parents=True)
+    return copy_project(path, recipe)
 
 
 def du(*paths: Path) -> int:

@@ -80,19 +80,25 @@ def workspace(tmp_path_factory, jax_cache):
     """A function making a fresh copy of the project (tiny recipe, committed, no outputs)."""
 
     def make(name: str = "ws", recipe: str = "tiny") -> Path:
-        root = tmp_path_factory.mktemp(name)
-        for f in project_files():
-            (root / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / f, root / f)
+        root = copy_project(tmp_path_factory.mktemp(name), recipe)
         (root / ".cache").mkdir()
         (root / ".cache" / "jax").symlink_to(jax_cache, target_is_directory=True)
-        sh([sys.executable, "-m", "stages.recipe", recipe], root)
-        sh(["git", "init", "-q", "-b", "main"], root)
-        sh(["git", *GIT_ID, "add", "-A"], root)
-        sh(["git", *GIT_ID, "commit", "-q", "-m", "project"], root)
         return root
 
     return make
+
+
+def copy_project(root: Path, recipe: str = "tiny") -> Path:
+    """The project's files copied into root, switched to `recipe`, committed to a new git
+    repository (so DVC experiments work). Also bench/'s fresh workspaces."""
+    for f in project_files():
+        (root / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / f, root / f)
+    sh([sys.executable, "-m", "stages.recipe", recipe], root)
+    sh(["git", "init", "-q", "-b", "main"], root)
+    sh(["git", *GIT_ID, "add", "-A"], root)
+    sh(["git", *GIT_ID, "commit", "-q", "-m", "project"], root)
+    return root
 
 
 # A Hugging Face token that must never be written anywhere or passed on a command line. Made
