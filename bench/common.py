@@ -84,11 +84,12 @@ def stage_seconds(output: str) -> dict[str, float]:
 
 
 def new_workspace(path: Path, recipe: str = "tiny") -> Path:
-    """A fresh copy of the project in `path` (its own git repository and DVC cache)."""
+    """A fresh copy of the project in `path`: its own git repository, DVC cache and (empty)
+    JAX compilation cache, so nothing compiled by another run is reused."""
     if path.exists():
         shutil.rmtree(path)
     path.mkdir(parents=True)
-    return copy_project(path, recipe)
+    return copy_project(path, recipe, compile_cache=path / ".cache" / "jax")
 
 
 def du(*paths: Path) -> int:

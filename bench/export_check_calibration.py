@@ -1,6 +1,6 @@
 """How sensitive is the export check, and where do its thresholds sit?
 
-    python -m stages.recipe tiny && dvc repro      # once, for models/sft-hf
+    python -m tools.recipe tiny && dvc repro      # once, for models/sft-hf
     python bench/export_check_calibration.py        # ~40 s per row
 
 Runs the export check (stages/lib/export_check.py) on the honest export in models/sft-hf/
@@ -90,6 +90,8 @@ VARIANTS = [
     ("embedding x 1.01", edit_tensor("embed_tokens.weight", lambda w: w * 1.01)),
     ("layer 3 input norm +1 (1+w convention dropped)", edit_tensor("layers.3.input_layernorm.weight", lambda w: w + 1)),
     ("layer 2 gate_proj x 1.05", edit_tensor("layers.2.mlp.gate_proj.weight", lambda w: w * 1.05)),
+    ("layer 2 gate_proj x 1.01", edit_tensor("layers.2.mlp.gate_proj.weight", lambda w: w * 1.01)),
+    ("layer 5 v_proj x 1.02", edit_tensor("layers.5.self_attn.v_proj.weight", lambda w: w * 1.02)),
     ("layers 1 and 2 swapped", swap_layers(1, 2)),
     ("layer 0 q_proj heads reversed", reverse_heads("layers.0.self_attn.q_proj.weight", 32)),
 ]
@@ -116,6 +118,9 @@ def main() -> None:
     for label, r, failures in rows:
         print(f"| {label:48s} | {r['kl_max']:.2e} | {r['kl_mean']:.2e} | {r['top1_agreement']:.4f} | "
               f"{r['max_abs_logit_diff']:12.4f} | {'FAIL' if failures else 'pass':5s} | {'; '.join(failures)[:90]}")
+    rounding = rows[0][1]["rounding"]
+    print(f"\nrounding the trained float32 weights to {rounding['dtype']} (information, not gated): "
+          f"KL max {rounding['kl_max']:.2e}, KL mean {rounding['kl_mean']:.2e}, top-1 {rounding['top1_agreement']:.4f}")
 
 
 if __name__ == "__main__":

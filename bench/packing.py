@@ -1,6 +1,7 @@
-"""Packing efficiency: the fraction of non-padding tokens in MaxText's packed training batches.
+"""Packing efficiency: the fraction of non-padding tokens in MaxText's packed training batches,
+for the stream shuffled only and as the train stage arranges it for the packer (stages/lib/stream.py).
 
-    python bench/packing.py    # ~2 minutes
+    python bench/packing.py    # ~5 minutes
 
 Counts what the trainer receives, from MaxText's own SFT input pipeline (tokenizer, chat
 template, grain's PackAndBatch) as the train stage configures it (stages/lib/data_position.py
@@ -18,39 +19,13 @@ import os
 import random
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import Row, log, new_workspace, run_alone, timed, verdict  # noqa: E402
+from synthetic import ultrachat_like  # noqa: E402
 
 RECIPE_MAX_LENGTH = 2048  # recipes/gemma3-4b-v6e-8.yaml train.max_target_length
 HOST_DEVICES = 8  # a v6e-8 VM: one host, 8 chips
-WORDS = ("the model data train token answer question people water history system language light number city "
-         "world time river music energy school market plant health computer science story value power game "
-         "because however between through during without against another example important different").split()
-
-
-def ultrachat_like(n: int, seed: int = 0) -> list[dict]:
-    """Conversations shaped like UltraChat 200k's train_sft: 1-6 user/assistant exchanges
-    (mean ~3), a templated length drawn log-normally (median ~1,100 Gemma tokens, long tail,
-    a few over 2,048), assistants writing ~85% of it. Words are ~1 token each; the measured
-    lengths are printed. (No network here to read the real set; this is its published
-    shape, approximated.)"""
-    rng = random.Random(seed)
-    rows = []
-    for _ in range(n):
-        exchanges = min(6, 1 + int(rng.expovariate(1 / 2.0)))
-        words = max(40, int(rng.lognormvariate(7.0, 0.6)))  # e^7 ~ 1,100
-        per_exchange = max(8, words // exchanges)
-        messages = []
-        for _ in range(exchanges):
-            user = max(4, int(per_exchange * 0.15))
-            messages.append({"role": "user", "content": " ".join(rng.choices(WORDS, k=user))})
-            messages.append({"role": "assistant", "content": " ".join(rng.choices(WORDS, k=per_exchange - user))})
-        rows.append({"messages": messages})
-    return rows
-
-
 def worker(maxtext_args: list[str]) -> None:
     from absl import flags
 
@@ -71,14 +46,12 @@ def measure(root: Path, data: Path, max_length: int, devices: int, per_device_ba
     here = os.getcwd()
     os.chdir(root)
     try:
-        from stages import train
-        from stages.lib import maxtext
+        from stages.lib import flags, maxtext
         from stages.lib.params import load
 
         params = load()
         params["train"].update(max_target_length=max_length, per_device_batch_size=per_device_batch, num_epochs=1)
-        work = SimpleNamespace(url=str(root / "packing"), local=str(root / "packing"), metrics_file="/dev/null")
-        args = train.maxtext_args(params, work, str(data))
+        args = flags.train(params, str(root / "packing"), "/dev/null", str(data)).args
         env = {**maxtext.child_env(params), "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
     finally:
         os.chdir(here)
@@ -86,43 +59,77 @@ def measure(root: Path, data: Path, max_length: int, devices: int, per_device_ba
     return json.loads(run.output.rsplit("PACKING ", 1)[1].splitlines()[0])
 
 
-def templated_lengths(base_hf: Path, rows: list[dict]) -> list[int]:
-    import transformers
+def token_lengths(base_hf: Path, data: Path):
+    """Tokens per row as MaxText counts them (what the token_lengths stage writes)."""
+    from stages.lib import token_lengths as tl
 
-    tokenizer = transformers.AutoTokenizer.from_pretrained(base_hf)
-    return [len(x) for x in tokenizer.apply_chat_template([r["messages"] for r in rows], tokenize=True,
-                                                           return_dict=True)["input_ids"]]
+    found, _ = tl.lengths(tl.load_tokenizer(str(base_hf)), str(data))
+    return found
+
+
+def arrange(data: Path, lengths, out: Path, batch_rows: int, max_length: int, window: int) -> int:
+    """`data` in the train stage's arranged order (one epoch, seed 0); returns how far the
+    farthest row moved from its shuffled place."""
+    import numpy as np
+
+    from stages.lib import stream
+
+    packing = stream.Packing(lengths, batch_rows, max_length, window)
+    stream.write(str(data), str(out), 0, 1, packing)
+    shuffled = next(stream.epoch_orders(len(lengths), 0, 1))
+    got = list(stream.packed_order([shuffled], packing))
+    return int(np.abs(np.argsort(got) - np.argsort(shuffled)).max())
+
+
+def shuffle(data: Path, out: Path) -> None:
+    from stages.lib import stream
+
+    stream.write(str(data), str(out), 0, 1)
 
 
 def bench(work: Path) -> list[Row]:
+    from stages.lib.params import load
+
     root = new_workspace(work / "packing")
     timed(["dvc", "repro", "-q", "dataset", "base_model"], root)
+    here = os.getcwd()
+    os.chdir(root)
+    try:
+        window = load()["train"]["pack_window"]  # the recipes' value
+    finally:
+        os.chdir(here)
     # The tiny set is 320 short conversations: a handful of 8 x 2048 batches. Repeated in
     # shuffled epochs, as the train stage's stream does, so the last batch weighs little.
     tiny_rows = (root / "data" / "chat" / "train.jsonl").read_text().splitlines(keepends=True)
     tiny = work / "tiny-x10.jsonl"
     tiny.write_text("".join(tiny_rows[i] for epoch in range(10) for i in random.Random(epoch).sample(range(len(tiny_rows)), len(tiny_rows))))
-    synthetic_rows = ultrachat_like(800)
     synthetic = work / "ultrachat-like.jsonl"
-    synthetic.write_text("".join(json.dumps(r) + "\n" for r in synthetic_rows))
-    lengths = sorted(templated_lengths(root / "models" / "base-hf", synthetic_rows))
-    shape = (f"synthetic: {len(lengths)} conversations, templated length median {lengths[len(lengths) // 2]}, "
-             f"mean {sum(lengths) / len(lengths):.0f}, {sum(n > RECIPE_MAX_LENGTH for n in lengths) / len(lengths):.0%} "
-             f"over {RECIPE_MAX_LENGTH} (truncated)")
+    synthetic.write_text("".join(json.dumps(r) + "\n" for r in ultrachat_like(2000)))
+    lengths = {data: token_lengths(root / "models" / "base-hf", data) for data in (tiny, synthetic)}
+    sl = sorted(lengths[synthetic])
+    shape = (f"synthetic: {len(sl)} conversations, length median {sl[len(sl) // 2]}, mean {sum(sl) / len(sl):.0f}, "
+             f"{sum(n > RECIPE_MAX_LENGTH for n in sl) / len(sl):.0%} over {RECIPE_MAX_LENGTH} (cut to it)")
     rows = []
     for name, data, length, devices, per_device in (
         ("tiny chat set x10", tiny, RECIPE_MAX_LENGTH, HOST_DEVICES, 1),
         ("tiny chat set x10, tiny recipe on CPU", tiny, 256, 1, 1),
         ("UltraChat-like", synthetic, RECIPE_MAX_LENGTH, HOST_DEVICES, 1),
-        # Grain packs first-fit within one batch: more rows per batch, fewer stranded gaps.
         ("UltraChat-like, per-device batch 2", synthetic, RECIPE_MAX_LENGTH, HOST_DEVICES, 2),
     ):
-        log(f"packing: {name} at {length}")
-        m = measure(root, data, length, devices, per_device)
-        fraction = m["real"] / m["slots"]
-        notes = [f"{m['conversations']} conversations in {m['batches']} batches of {m['rows']} x {length}"]
-        rows.append(Row(f"6. packing: {name}, max length {length}", f"{m['real']:,} tokens", f"{m['slots']:,} slots",
-                        f"{fraction:.3f}", ">= 0.9", verdict(fraction >= 0.9, f"{fraction:.3f}"),
+        shuffled, ordered = work / "shuffled.jsonl", work / "arranged.jsonl"
+        shuffle(data, shuffled)
+        moved = arrange(data, lengths[data], ordered, devices * per_device, length, window)
+        found = {}
+        for how, stream_file in (("shuffled", shuffled), (f"arranged, window {window}", ordered)):
+            log(f"packing: {name} at {length}, {how}")
+            found[how] = measure(root, stream_file, length, devices, per_device)
+        (before, m_before), (label, m) = found.items()
+        fraction, was = m["real"] / m["slots"], m_before["real"] / m_before["slots"]
+        notes = [f"{m['conversations']} conversations in {m['batches']} batches of {m['rows']} x {length}; "
+                 f"shuffled: {m_before['conversations']} in {m_before['batches']} batches; "
+                 f"the farthest row moved {moved} places from its shuffled position"]
+        rows.append(Row(f"6. packing: {name}, max length {length}", f"{fraction:.3f} ({label})", f"{was:.3f} (shuffled)",
+                        f"{fraction / was:.3f}x", ">= 0.92", verdict(fraction >= 0.92, f"{fraction:.3f}"),
                         notes + ([shape] if data == synthetic else [])))
     return rows
 

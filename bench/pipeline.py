@@ -19,8 +19,8 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
+import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -30,10 +30,9 @@ GATE = "convert_out.check:stages.lib.export_check"
 
 
 def prepared(path: Path) -> Path:
-    """A fresh project copy with the pipeline's inputs built (untimed) and no compile cache."""
+    """A fresh project copy with the pipeline's inputs built (untimed) and an empty compile cache."""
     root = new_workspace(path)
     timed(["dvc", "repro", "-q", "dataset", "base_model"], root)
-    shutil.rmtree(root / ".cache", ignore_errors=True)
     return root
 
 
@@ -42,26 +41,29 @@ def by_hand_commands(root: Path) -> list[tuple[list[str], dict]]:
     here = os.getcwd()
     os.chdir(root)  # the stages build their paths from the project root
     try:
-        from stages import convert_in, convert_out, train
-        from stages.lib import gemma3, maxtext, paths
+        import dataclasses
+
+        from stages.lib import flags, maxtext, paths, stream
         from stages.lib.params import load
 
         params = load()
         env = maxtext.child_env(params)
-        layout = gemma3.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
         work_dir = root / "by-hand-train"
         work_dir.mkdir()
-        work = SimpleNamespace(url=str(work_dir), local=str(work_dir), metrics_file=str(work_dir / "metrics.jsonl"))
-        stream = train.write_stream(params, work)  # the same rows in the same order, written before the clock starts
-        final = work_dir / train.RUN_NAME / "checkpoints" / str(params["train"]["steps"]) / "model_params"
-        export_args = [f"load_parameters_path={final}" if a.startswith("load_parameters_path=") else a
-                       for a in convert_out.maxtext_args(params, str(root / "by-hand-export"))]
-        return [
-            (maxtext.command(convert_in.MODULE, convert_in.maxtext_args(params, os.path.abspath(paths.BASE_MAXTEXT)),
-                             hf_config=paths.BASE_HF, hf_layout=layout), env),
-            (maxtext.command(train.MODULE, train.maxtext_args(params, work, stream)), env),
-            (maxtext.command(convert_out.MODULE, export_args, hf_config=paths.BASE_HF), env),
-        ]
+        t = params["train"]
+        # The same rows in the same order (arranged for the packer with the token lengths), written
+        # before the clock starts.
+        timed(["dvc", "repro", "-q", "token_lengths"], root)
+        data = str(work_dir / "stream.jsonl")
+        packing = stream.packing_for(params, np.load(os.path.join(paths.LENGTHS, "train.npy")))
+        stream.write(os.path.join(paths.DATA, "train.jsonl"), data, t["seed"], t["num_epochs"], packing)
+        final = work_dir / flags.SFT_RUN_NAME / "checkpoints" / str(t["steps"]) / "model_params"
+        export = flags.convert_out(params, str(root / "by-hand-export"))
+        export = dataclasses.replace(export, args=[f"load_parameters_path={final}" if a.startswith("load_parameters_path=")
+                                                   else a for a in export.args])
+        return [(maxtext.command(flags.convert_in(params, paths.BASE_MAXTEXT)), env),
+                (maxtext.command(flags.train(params, str(work_dir), str(work_dir / "metrics.jsonl"), data)), env),
+                (maxtext.command(export), env)]
     finally:
         os.chdir(here)
 
@@ -74,7 +76,7 @@ def run_pipeline(root: Path) -> dict:
     run = timed(["dvc", "repro", "convert_out"], root, sample_rss=True)
     times = stage_seconds(run.output)
     no_by_hand = times[GATE] + times["fit_check"]
-    train_metrics = json.loads((root / "metrics" / "train.json").read_text())
+    train_metrics = json.loads((root / "dvclive" / "metrics.json").read_text())["run"]
     return {"wall": run.seconds, "comparable": run.seconds - no_by_hand, "gate": times[GATE],
             "fit_check": times["fit_check"], "train": train_metrics, "peak_rss": run.peak_rss}
 
@@ -127,8 +129,8 @@ def bench_with_runtime_rss(work: Path, reps: int) -> tuple[list[Row], dict[str, 
     used, distinct = extras["disk"]
     v = extras["variant"]
     gate = median([r["gate"] for r in a])
-    tokens = median([r["train"]["tokens_per_sec_per_device"] for r in a])
-    step = median([r["train"]["step_time_s"] for r in a])
+    tokens = median([r["train"]["median_tokens_per_sec_per_device"] for r in a])
+    step = median([r["train"]["median_step_time_s"] for r in a])
     outside_ok = "convert_in" not in v["ran"] and v["outside"] <= 0.05 * v["wall"]
     return [
         Row("1. pipeline overhead: dvc repro vs MaxText by hand (tiny, clean)", f"{pipeline:.1f} s", f"{by_hand:.1f} s",

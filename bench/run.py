@@ -23,14 +23,17 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import compile_cache  # noqa: E402
 import conversion  # noqa: E402
+import fail_fast  # noqa: E402
 import no_change  # noqa: E402
 import packing  # noqa: E402
 import pipeline  # noqa: E402
 import remote_transfer  # noqa: E402
+import scale  # noqa: E402
 from common import GIB, Row, du, log, table  # noqa: E402
 
-BENCHMARKS = ("packing", "no_change", "pipeline", "conversion", "remote")
+BENCHMARKS = ("packing", "compile_cache", "no_change", "fail_fast", "scale", "pipeline", "conversion", "remote")
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 VERSIONS = ("maxtext", "google-tunix", "jax", "transformers", "grain", "dvc", "dvc-gs", "gcsfs")
 
@@ -83,7 +86,10 @@ def main() -> None:
         work = Path(tmp)
         runs = {
             "packing": lambda: packing.bench(work),
+            "compile_cache": lambda: compile_cache.bench(work),
             "no_change": lambda: no_change.bench(work),
+            "fail_fast": lambda: fail_fast.bench(work),
+            "scale": lambda: scale.bench(work),
             "pipeline": lambda: pipeline.bench_with_runtime_rss(work, args.pipeline_reps),
             "conversion": lambda: conversion.bench(work, runtime_rss=runtime_rss),
             "remote": lambda: remote_transfer.bench(work, args.remote_gb, args.remote_rounds),

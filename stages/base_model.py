@@ -10,7 +10,6 @@ Either way the checkpoint is checked to be one MaxText can represent exactly bef
 published, so a wrong architecture fails here rather than after conversion.
 """
 
-import os
 
 from stages.lib import gemma3, hardware, hub, outputs, paths, tiny_gemma3
 from stages.lib.cli import run

@@ -20,13 +20,11 @@ import os
 import re
 import tempfile
 
-from stages.lib import hardware, maxtext, outputs, paths
+from stages.lib import flags, hardware, maxtext, outputs
 from stages.lib.cli import StageFailed, UserError, run
 from stages.lib.params import load
 
-BASE = paths.BASE_HF
 METRICS = os.path.join("metrics", "fit_check.json")
-MODULE = "maxtext.trainers.pre_train.train_compile"
 GIB = 1024**3
 STATS = re.compile(r"(\w+)_size_in_bytes=(\d+)")
 # XLA's compile-time out-of-memory error, e.g. "Ran out of memory on HBM, the total memory
@@ -37,21 +35,6 @@ UNIT = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 class DoesNotFit(StageFailed):
     pass
-
-
-def compile_args(params: dict, workdir: str, overrides: dict) -> list[str]:
-    t = {**params["train"], **overrides}
-    topology = hardware.TPUS[params["hardware"]["kind"]].topology
-    return maxtext.common_args(params, BASE) + [
-        f"compile_topology={topology}",
-        "compile_topology_num_slices=1",
-        f"base_output_directory={workdir}",
-        "run_name=fit_check",
-        f"per_device_batch_size={t['per_device_batch_size']}",
-        f"gradient_accumulation_steps={t['gradient_accumulation_steps']}",
-        f"max_target_length={t['max_target_length']}",
-        "skip_jax_distributed_system=true",
-    ]
 
 
 def raise_if_out_of_memory(log_text: str) -> None:
@@ -87,16 +70,12 @@ def parse(log_text: str, hbm_bytes: float) -> dict:
 
 
 def compile_once(params: dict, overrides: dict | None = None) -> dict:
-    kind = params["hardware"]["kind"]
-    hbm = hardware.TPUS[kind].hbm_gib_per_chip * GIB
+    hbm = hardware.TPUS[params["hardware"]["kind"]].hbm_gib_per_chip * GIB
     with tempfile.TemporaryDirectory(prefix="fit_check-") as workdir:
-        # Compiling for a TPU topology needs libtpu, not a TPU: run on the host's CPU.
-        cpu = {**params, "hardware": {"kind": "cpu", "tpu_env": None}}
-        # No TPU is used, so do not take libtpu's single-process lock: the check must work
-        # beside a training run holding the TPU (or a test process that loaded libtpu).
-        env = {"TPU_WORKER_HOSTNAMES": "localhost", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+        # Compiling for a TPU topology needs libtpu, not a TPU: MaxText runs on the host's CPU.
+        cpu = flags.on_cpu(params)
         try:
-            log = maxtext.run("fit_check", MODULE, compile_args(params, workdir, overrides or {}), cpu, extra_env=env)
+            log = maxtext.run("fit_check", flags.fit_check(params, workdir, overrides or {}), cpu)
         except maxtext.MaxTextFailed as e:
             with open(e.log_path, errors="replace") as f:
                 raise_if_out_of_memory(f.read())
@@ -105,27 +84,49 @@ def compile_once(params: dict, overrides: dict | None = None) -> dict:
             return parse(f.read(), hbm)
 
 
-def search(params: dict, key: str) -> None:
-    """The largest train.<key> that fits: double until it does not, then bisect."""
-    quantum = 1 if key == "per_device_batch_size" else 256  # sequence lengths in whole blocks
-    fits_at, fails_at, value = 0, None, params["train"][key]
+def largest_fitting(start: int, quantum: int, fits) -> tuple[int, int | None]:
+    """(largest value that fits, smallest that does not) for a monotone `fits(value)`:
+    double from `start` until it does not fit, then bisect in steps of `quantum`."""
+    fits_at, fails_at, value = 0, None, start
     while True:
-        try:
-            report = compile_once(params, {key: value})
-            print(f"fit_check: {key}={value} fits ({report['hbm_used_percent']:.0f}% of HBM)", flush=True)
+        if fits(value):
             fits_at = value
-        except DoesNotFit as e:
-            print(f"fit_check: {key}={value} does not fit ({e})", flush=True)
+        else:
             fails_at = value
         if fails_at is None:
             value *= 2
             continue
         value = (fits_at + fails_at) // 2 // quantum * quantum
         if value <= fits_at:
-            break
+            return fits_at, fails_at
+
+
+def search(params: dict, key: str) -> None:
+    """The largest train.<key> that fits, each probe one real compile."""
+
+    def fits(value: int) -> bool:
+        try:
+            report = compile_once(params, {key: value})
+        except DoesNotFit as e:
+            print(f"fit_check: {key}={value} does not fit ({e})", flush=True)
+            return False
+        print(f"fit_check: {key}={value} fits ({report['hbm_used_percent']:.0f}% of HBM)", flush=True)
+        return True
+
+    quantum = 1 if key == "per_device_batch_size" else 256  # sequence lengths in whole blocks
+    fits_at, fails_at = largest_fitting(params["train"][key], quantum, fits)
     if fits_at == 0:
         raise DoesNotFit(f"no {key} fits, not even {fails_at}")
     print(f"fit_check: the largest {key} that fits is {fits_at}: set train.{key}: {fits_at} in params.yaml")
+
+
+def does_not_fit(params: dict, why: DoesNotFit) -> DoesNotFit:
+    """The stage's one line for a recipe that would not fit: what, by how much, what next."""
+    t = params["train"]
+    return DoesNotFit(
+        f"train.per_device_batch_size={t['per_device_batch_size']}, max_target_length={t['max_target_length']} "
+        f"does not fit a {params['hardware']['kind']}: {why}. Find what does: "
+        "python -m stages.fit_check --search per_device_batch_size")
 
 
 def main() -> None:
@@ -137,7 +138,7 @@ def main() -> None:
     if kind == "cpu":
         if args.search:
             raise UserError("hardware.kind is cpu: there is no accelerator memory to search")
-        outputs.write_json(METRICS, {"applicable": False, "reason": "hardware.kind is cpu"})
+        outputs.write_json(METRICS, {"fit": {"applicable": False, "reason": "hardware.kind is cpu"}})
         print("fit_check: hardware.kind is cpu, nothing to compile", flush=True)
         return
     if args.search:
@@ -146,12 +147,8 @@ def main() -> None:
     try:
         report = compile_once(params)
     except DoesNotFit as e:
-        raise DoesNotFit(
-            f"train.per_device_batch_size={params['train']['per_device_batch_size']}, max_target_length="
-            f"{params['train']['max_target_length']} does not fit a {kind}: {e}. Find what does: "
-            "python -m stages.fit_check --search per_device_batch_size"
-        ) from None
-    outputs.write_json(METRICS, {"applicable": True, "hardware": kind, **report})
+        raise does_not_fit(params, e) from None
+    outputs.write_json(METRICS, {"fit": {"applicable": True, "hardware": kind, **report}})  # fit.* in `dvc metrics show`
     g = report["per_chip_gib"]
     print(f"fit_check: fits a {kind}: {g['total']:.1f} of {report['hbm_gib']:.0f} GiB per chip "
           f"({report['hbm_used_percent']:.0f}%: arguments {g['arguments']:.1f}, temporaries {g['temporaries']:.1f}, "

@@ -4,7 +4,12 @@ Tests never touch the checkout they live in. `workspace()` copies the project's 
 working tree, uncommitted changes included) into a temporary git repository, switched to the
 tiny recipe. The expensive fixture, `tiny_run`, runs `dvc repro` once per session; tests
 that need a variant clone it (`clone_of_tiny_run`) and share its DVC cache, so only the
-stages the variant changes run again. All workspaces share one JAX compilation cache.
+stages the variant changes run again. Every workspace, and every experiment DVC queues from
+one, points `runtime.compile_cache_dir` at one JAX compilation cache for the session, so a
+train step compiled once is compiled never again.
+
+    scripts/test.sh -m "not slow"     # the fast layer: pure logic, in-process (~1 minute)
+    scripts/test.sh                   # everything, real pipeline runs included
 """
 
 import os
@@ -24,6 +29,7 @@ import pytest
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 REPO = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data"
 VENV_BIN = Path(sys.executable).parent
 GIT_ID = ["-c", "user.name=tests", "-c", "user.email=tests@example.invalid"]
 
@@ -53,9 +59,14 @@ def sh(args, cwd, check=True, timeout=1800, **env_extra) -> subprocess.Completed
     return proc
 
 
+def commit(root: Path, message: str) -> None:
+    sh(["git", *GIT_ID, "add", "-A"], root)
+    sh(["git", *GIT_ID, "commit", "-q", "--allow-empty", "-m", message], root)
+
+
 # Results of running the pipeline in the checkout itself (git-tracked by DVC users, but never
 # part of a fresh copy of the project).
-RUN_RESULTS = ("dvc.lock", "metrics/", "plots/")
+RUN_RESULTS = ("dvc.lock", "metrics/", "plots/", "eval/")
 
 
 def project_files() -> list[str]:
@@ -64,9 +75,23 @@ def project_files() -> list[str]:
     return [f for f in out.split("\0") if f and (REPO / f).is_file() and not f.startswith(RUN_RESULTS)]
 
 
+def copy_project(root: Path, recipe: str = "tiny", compile_cache: Path | None = None) -> Path:
+    """The project's files copied into root, switched to `recipe`, committed to a new git
+    repository (so DVC experiments work). Also bench/'s fresh workspaces."""
+    for f in project_files():
+        (root / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / f, root / f)
+    sh([sys.executable, "-m", "tools.recipe", recipe], root)
+    if compile_cache:
+        set_param(root, "runtime.compile_cache_dir", str(compile_cache))
+    sh(["git", "init", "-q", "-b", "main"], root)
+    commit(root, "project")
+    return root
+
+
 @pytest.fixture(scope="session")
 def jax_cache(tmp_path_factory) -> Path:
-    # Compiled train steps are reused across every pipeline run of the session (and across
+    # Compiled programs are reused across every pipeline run of the session (and across
     # sessions on one machine when PIPELINE_TEST_JAX_CACHE points somewhere persistent).
     path = os.environ.get("PIPELINE_TEST_JAX_CACHE")
     if not path:
@@ -75,29 +100,45 @@ def jax_cache(tmp_path_factory) -> Path:
     return Path(path)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def params_read_log(tmp_path_factory) -> Path:
+    """Every stage any test runs appends the params keys it read here (stages/lib/params.py);
+    tests/test_declared.py holds them against dvc.yaml."""
+    path = tmp_path_factory.mktemp("params-read") / "keys.log"
+    os.environ["PIPELINE_PARAMS_READ_LOG"] = str(path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def workspace(tmp_path_factory, jax_cache):
     """A function making a fresh copy of the project (tiny recipe, committed, no outputs)."""
 
     def make(name: str = "ws", recipe: str = "tiny") -> Path:
-        root = copy_project(tmp_path_factory.mktemp(name), recipe)
-        (root / ".cache").mkdir()
-        (root / ".cache" / "jax").symlink_to(jax_cache, target_is_directory=True)
-        return root
+        return copy_project(tmp_path_factory.mktemp(name), recipe, jax_cache)
 
     return make
 
 
-def copy_project(root: Path, recipe: str = "tiny") -> Path:
-    """The project's files copied into root, switched to `recipe`, committed to a new git
-    repository (so DVC experiments work). Also bench/'s fresh workspaces."""
-    for f in project_files():
-        (root / f).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / f, root / f)
-    sh([sys.executable, "-m", "stages.recipe", recipe], root)
-    sh(["git", "init", "-q", "-b", "main"], root)
-    sh(["git", *GIT_ID, "add", "-A"], root)
-    sh(["git", *GIT_ID, "commit", "-q", "-m", "project"], root)
+@pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory) -> Path:
+    """The tiny recipe's base checkpoint (seed 0), built once: what base_model writes."""
+    from stages.lib import tiny_gemma3
+
+    path = tmp_path_factory.mktemp("tiny-base")
+    tiny_gemma3.build(str(path), seed=0)
+    return path
+
+
+def with_real_4b_config(root: Path) -> Path:
+    """models/base-hf as far as the checks and flags need it: google/gemma-3-4b-it's
+    config.json and an index naming its tensors in the Hub's layout (no weights)."""
+    import json
+
+    base = root / "models" / "base-hf"
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "config.json").write_text((DATA / "gemma-3-4b-it.config.json").read_text())
+    (base / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"language_model.model.embed_tokens.weight": "model-00001-of-00002.safetensors"}}))
     return root
 
 
@@ -120,7 +161,7 @@ class ProcessWatch(threading.Thread):
             for proc in Path("/proc").glob("[0-9]*"):
                 try:
                     argv = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                    if "stages." not in argv:
+                    if "stages." not in argv and "tools." not in argv:
                         continue
                     self.seen_commands.add(argv)
                     if CANARY_TOKEN in argv:
@@ -131,43 +172,100 @@ class ProcessWatch(threading.Thread):
                     continue  # the process ended between listing and reading
 
 
-def run_pipeline(root: Path, **env_extra) -> SimpleNamespace:
+def run_pipeline(root: Path, *args: str, **env_extra) -> SimpleNamespace:
     """`dvc repro` in root, results committed to its git repo like a user would."""
     watch = ProcessWatch()
     watch.start()
     try:
-        proc = sh(["dvc", "repro"], root, **env_extra)
+        proc = sh(["dvc", "repro", *args], root, **env_extra)
     finally:
         watch.stop_event.set()
         watch.join()
-    sh(["git", *GIT_ID, "add", "-A"], root)
-    sh(["git", *GIT_ID, "commit", "-q", "-m", "dvc repro"], root)
+    commit(root, "dvc repro")
     return SimpleNamespace(path=root, output=proc.stdout + proc.stderr, seconds=proc.elapsed, watch=watch)
 
 
 @pytest.fixture(scope="session")
 def tiny_run(workspace) -> SimpleNamespace:
-    """The tiny recipe run once with `dvc repro`, with a canary HF token in the environment.
-    Read-only for tests: clone it to change it."""
-    return run_pipeline(workspace("tiny-run"), HF_TOKEN=CANARY_TOKEN)
+    """The tiny recipe run once with `dvc repro`, with a canary HF token in the environment, and
+    MaxText's profiler on for two steps (a runtime setting: tests/test_profile.py reads the
+    trace; test_faults.py's run, without it, must end with the same weights). Read-only for
+    tests: clone it to change it."""
+    root = workspace("tiny-run")
+    set_param(root, "runtime.profile_steps", 2)
+    commit(root, "profile two steps")
+    return run_pipeline(root, HF_TOKEN=CANARY_TOKEN)
 
 
-def clone_workspace(tiny_run, parent: Path, jax_cache: Path) -> Path:
+def clone_workspace(tiny_run, parent: Path) -> Path:
     """A git clone of tiny_run sharing its DVC cache, outputs checked out: free to modify."""
     root = parent / "clone"
     sh(["git", "clone", "-q", str(tiny_run.path), str(root)], parent)
-    (root / ".cache").mkdir()
-    (root / ".cache" / "jax").symlink_to(jax_cache, target_is_directory=True)
     sh(["dvc", "cache", "dir", "--local", str(tiny_run.path / ".dvc" / "cache")], root)
     sh(["dvc", "checkout", "-q"], root)
     return root
 
 
 @pytest.fixture
-def clone_of_tiny_run(tiny_run, tmp_path, jax_cache) -> Path:
-    return clone_workspace(tiny_run, tmp_path, jax_cache)
+def clone_of_tiny_run(tiny_run, tmp_path) -> Path:
+    return clone_workspace(tiny_run, tmp_path)
+
+
+def sha256s(directory: Path) -> dict:
+    import hashlib
+
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+# Two variants of train.learning_rate; the second is also the LoRA variant (one training
+# fewer for the suite: each costs minutes).
+EXPERIMENTS = {
+    "lora-lr5e-3": ["train.lora.enabled=true", "train.learning_rate=5e-3"],
+    "lr5e-4": ["train.learning_rate=5e-4"],
+}
+
+
+@pytest.fixture(scope="session")
+def experiments(tiny_run, tmp_path_factory):
+    """A clone of the tiny run with the EXPERIMENTS run in it: (root, {name: output},
+    {name: sha256 of each exported file}). Shared by tests/test_experiments.py and
+    tests/test_golden.py."""
+    root = clone_workspace(tiny_run, tmp_path_factory.mktemp("exps"))
+    outputs, exports = {}, {}
+    for name, changes in EXPERIMENTS.items():
+        outputs[name] = sh(["dvc", "exp", "run", "-n", name, *(a for c in changes for a in ("-S", c))], root).stdout
+        exports[name] = sha256s(root / "models" / "sft-hf")
+    return root, outputs, exports
+
+
+def apply(root: Path, name: str) -> None:
+    """`dvc exp apply NAME` and the outputs it names checked out, as a user takes an experiment."""
+    sh(["dvc", "exp", "apply", name], root)
+    sh(["dvc", "checkout", "-q"], root)
+
+
+def train_losses(root: Path) -> dict[int, str]:
+    """{step: loss} as the train stage logged it (DVCLive's file; the loss as written)."""
+    import csv
+
+    with open(root / "dvclive" / "plots" / "metrics" / "train" / "loss.tsv") as f:
+        return {int(row["step"]): row["loss"] for row in csv.DictReader(f, delimiter="\t")}
 
 
 def stages_run(output: str) -> list[str]:
     """Names of the stages a `dvc repro` output says it ran."""
     return [line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage '")]
+
+
+def set_param(root: Path, dotted: str, value) -> None:
+    """Edits one key of root's params.yaml: set_param(root, "train.steps", 60)."""
+    import yaml
+
+    path = root / "params.yaml"
+    params = yaml.safe_load(path.read_text())
+    node = params
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        node = node[key]
+    node[leaf] = value
+    path.write_text(yaml.safe_dump(params, sort_keys=False))

@@ -11,7 +11,8 @@ On disk, a repository revision is a directory of files (subdirectories allowed):
     <root>/models/<owner>/<name>/<40-hex commit sha>/<files...>
     <root>/datasets/<owner>/<name>/<40-hex commit sha>/<files...>
 
-The revision `main` resolves to the only, or lexically last, commit sha of a repository.
+The revision `main` resolves to what `<repo>/refs/main` names (written by commits), else to the only,
+or lexically last, commit sha of a repository.
 
 Endpoints (<types> is `models` or `datasets`; other requests get a 404 and a logged warning):
 
@@ -21,14 +22,30 @@ Endpoints (<types> is `models` or `datasets`; other requests get a 404 and a log
     GET|HEAD /<owner>/<name>/resolve/<rev>/<file>          model file, Range requests honoured
     GET|HEAD /datasets/<owner>/<name>/resolve/<rev>/<file> dataset file, Range requests honoured
 
+and, for uploads with huggingface_hub (`create_repo`, `create_commit`, `upload_folder`; its legacy
+LFS transport, i.e. with HF_HUB_DISABLE_XET=1: the Xet protocol is not emulated):
+
+    GET  /api/whoami-v2                                    the token's user, orgs and role
+    POST /api/validate-yaml                                a model card's metadata block
+    POST /api/repos/create                                 a repository (private or not)
+    POST /api/<types>/<owner>/<name>/preupload/<rev>       upload mode (regular or lfs) and oid per file
+    POST /<owner>/<name>.git/info/lfs/objects/batch        LFS batch API: where to PUT each object
+    PUT  /lfs-objects/<sha256>                             an LFS object's content
+    POST /api/<types>/<owner>/<name>/commit/<rev>          a commit (ndjson: header, file, lfsFile, deletedFile)
+
+Writes need a token registered with `add_user` whose role is "write" and whose user (or one of its
+orgs) owns the namespace. A private repository answers 404 to anyone else, as on the Hub.
+
 Errors carry the `X-Error-Code` header that `huggingface_hub.utils.hf_raise_for_status` turns into
 exceptions: RepoNotFound, RevisionNotFound, EntryNotFound and GatedRepo. A gated repository
 (see `HubServer.add_repo`) protects its files only; its /api/ metadata stays readable, as on the Hub.
 """
 
+import base64
 import functools
 import hashlib
 import json
+import os
 import logging
 import re
 import shutil
@@ -50,8 +67,11 @@ LFS_THRESHOLD = 10 * 1024 * 1024
 # and tree paths with safe="", so a "/" inside them arrives as %2F.
 _API_URL = re.compile(
     r"/api/(?P<types>models|datasets)/(?P<repo_id>[^/]+/[^/]+)"
-    r"(?:/(?P<op>revision|tree|paths-info)/(?P<rev>[^/]+)(?P<path>/.+)?)?"
+    r"(?:/(?P<op>revision|tree|paths-info|preupload|commit)/(?P<rev>[^/]+)(?P<path>/.+)?)?"
 )
+_LFS_BATCH_URL = re.compile(r"(?:/(?P<types>datasets))?/(?P<repo_id>[^/]+/[^/]+)\.git/info/lfs/objects/batch")
+_LFS_OBJECT_URL = re.compile(r"/lfs-objects/(?P<oid>[0-9a-f]{64})")
+_POST_OPS = ("paths-info", "preupload", "commit")
 _RESOLVE_URL = re.compile(r"(?:/(?P<types>datasets))?/(?P<repo_id>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<path>.+)")
 
 
@@ -69,6 +89,11 @@ class HubError(Exception):
     def __init__(self, status: int, code: str | None, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.code, self.message, self.headers = status, code, message, headers or {}
+
+
+def _sha256(path: Path) -> str:
+    stat = path.stat()
+    return _digests(path, stat.st_mtime_ns, stat.st_size)[1]
 
 
 @functools.lru_cache(maxsize=256)
@@ -120,7 +145,17 @@ def _within(base: Path, rel: str) -> Path | None:
 
 
 def _api_method(op: str | None) -> str:
-    return "POST" if op == "paths-info" else "GET"
+    return "POST" if op in _POST_OPS else "GET"
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    orgs: tuple[str, ...] = ()
+    role: str = "write"  # or "read"
+
+    def owns(self, namespace: str) -> bool:
+        return namespace == self.name or namespace in self.orgs
 
 
 def _unquoted(match: re.Match) -> dict[str, str]:
@@ -139,6 +174,9 @@ class HubServer:
         self.root = Path(root)
         self.requests: list[RecordedRequest] = []
         self._gated: dict[tuple[str, str], frozenset[str]] = {}
+        self._users: dict[str, User] = {}
+        self.commits: list[tuple[str, str]] = []  # (repo_id, commit sha) of every commit made through the API
+        self._lock = threading.Lock()
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -171,6 +209,10 @@ class HubServer:
         else:
             self._gated[(repo_type, repo_id)] = frozenset(gated_tokens)
 
+    def add_user(self, token: str, name: str, orgs: tuple[str, ...] = (), role: str = "write") -> None:
+        """A token the Hub knows: its user, the organisations the user belongs to, read or write."""
+        self._users[token] = User(name, tuple(orgs), role)
+
     def start(self) -> str:
         """Serves in a daemon thread; returns the endpoint URL, the value for HF_ENDPOINT."""
         self._httpd = _Server(self)
@@ -188,11 +230,24 @@ class HubServer:
     def _is_gated(self, repo_type: str, repo_id: str) -> bool:
         return (repo_type, repo_id) in self._gated
 
-    def _repo_dir(self, repo_type: str, repo_id: str) -> Path:
+    def _repo_dir(self, repo_type: str, repo_id: str, token: str | None = None) -> Path:
         repo = _within(self.root / f"{repo_type}s", repo_id)
         if repo is None or not repo.is_dir():
             raise HubError(404, "RepoNotFound", f"Repository not found: {repo_type} {repo_id}")
+        user = self._users.get(token)
+        if (repo / ".private").exists() and not (user and user.owns(repo_id.split("/")[0])):
+            raise HubError(404, "RepoNotFound", f"Repository not found: {repo_type} {repo_id}")  # as on the Hub
         return repo
+
+    def _writer(self, token: str | None, namespace: str) -> User:
+        user = self._users.get(token)
+        if user is None:
+            raise HubError(401, None, "Invalid credentials in Authorization header")
+        if user.role != "write":
+            raise HubError(403, None, f"You don't have the rights to write with this token (role: {user.role})")
+        if not user.owns(namespace):
+            raise HubError(403, None, f"You don't have the rights to create or write to {namespace}'s repositories")
+        return user
 
     def _check_file_access(self, repo_type: str, repo_id: str, token: str | None) -> None:
         """As on the Hub: 401 without a token, 403 with a token whose user has not accepted the license."""
@@ -210,6 +265,8 @@ def _commit(repo_dir: Path, revision: str) -> str:
     shas = sorted(p.name for p in repo_dir.iterdir() if p.is_dir() and COMMIT_SHA.fullmatch(p.name))
     if revision in shas:
         return revision
+    if revision == "main" and (repo_dir / "refs" / "main").exists():
+        return (repo_dir / "refs" / "main").read_text().strip()
     if revision == "main" and shas:
         return shas[-1]
     raise HubError(404, "RevisionNotFound", f"Invalid rev id: {revision}")
@@ -221,7 +278,7 @@ def _repo_info(repo_id: str, snapshot: Path, gated: bool) -> dict:
         "id": repo_id,
         "author": repo_id.split("/")[0],
         "sha": snapshot.name,
-        "private": False,
+        "private": (snapshot.parent / ".private").exists(),
         "gated": "manual" if gated else False,
         "disabled": False,
         "lastModified": _iso_date(snapshot.stat().st_mtime),
@@ -261,6 +318,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._dispatch()
 
+    def do_PUT(self) -> None:
+        self._dispatch()
+
     def log_message(self, format: str, *args) -> None:
         """Silenced: requests are recorded in HubServer.requests instead."""
 
@@ -272,6 +332,18 @@ class _Handler(BaseHTTPRequestHandler):
                 # huggingface_hub fetches this registry once per process to tag its User-Agent when it runs
                 # under an AI agent; an empty registry detects none.
                 self._send_json({"standardEnvVars": [], "harnesses": {}})
+            elif url.path == "/api/whoami-v2" and self.command == "GET":
+                self._whoami()
+            elif url.path == "/api/validate-yaml" and self.command == "POST":
+                self._validate_yaml(json.loads(body))
+            elif url.path == "/api/repos/create" and self.command == "POST":
+                self._create_repo(json.loads(body))
+            elif (match := _API_URL.fullmatch(url.path)) and match["op"] in ("preupload", "commit") and self.command == "POST":
+                getattr(self, f"_{match['op']}")(**_unquoted(match), body=body)
+            elif (match := _LFS_BATCH_URL.fullmatch(url.path)) and self.command == "POST":
+                self._lfs_batch(**_unquoted(match), request=json.loads(body))
+            elif (match := _LFS_OBJECT_URL.fullmatch(url.path)) and self.command == "PUT":
+                self._lfs_put(match["oid"], body)
             elif (match := _API_URL.fullmatch(url.path)) and self.command == _api_method(match["op"]):
                 self._api(**_unquoted(match), query=parse_qs(url.query), form=parse_qs(body.decode()))
             elif (match := _RESOLVE_URL.fullmatch(url.path)) and self.command in ("GET", "HEAD"):
@@ -311,7 +383,7 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> None:
         hub = self.server.hub
         repo_type = types.removesuffix("s")
-        repo_dir = hub._repo_dir(repo_type, repo_id)
+        repo_dir = hub._repo_dir(repo_type, repo_id, self._token())
         snapshot = repo_dir / _commit(repo_dir, rev)
         if op == "revision":
             self._send_json(_repo_info(repo_id, snapshot, hub._is_gated(repo_type, repo_id)))
@@ -324,7 +396,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _resolve(self, repo_id: str, rev: str, path: str, types: str = "models") -> None:
         hub = self.server.hub
         repo_type = types.removesuffix("s")
-        repo_dir = hub._repo_dir(repo_type, repo_id)
+        repo_dir = hub._repo_dir(repo_type, repo_id, self._token())
         hub._check_file_access(repo_type, repo_id, self._token())
         commit = _commit(repo_dir, rev)
         found = _within(repo_dir / commit, path)
@@ -338,6 +410,123 @@ class _Handler(BaseHTTPRequestHandler):
             # redirect to its CDN) give the content's sha256 and size; huggingface_hub prefers them.
             headers |= {"X-Linked-Etag": f'"{entry["lfs"]["oid"]}"', "X-Linked-Size": str(entry["size"])}
         self._send_file(found, entry["size"], headers)
+
+    # ---- writes ----
+
+    def _whoami(self) -> None:
+        user = self.server.hub._users.get(self._token())
+        if user is None:
+            raise HubError(401, None, "Invalid credentials in Authorization header")
+        self._send_json({"type": "user", "name": user.name, "orgs": [{"name": o, "type": "org"} for o in user.orgs],
+                         "auth": {"type": "access_token", "accessToken": {"displayName": "tests", "role": user.role}}})
+
+    def _create_repo(self, request: dict) -> None:
+        hub = self.server.hub
+        namespace = request.get("organization") or (hub._users[self._token()].name if self._token() in hub._users else "")
+        hub._writer(self._token(), namespace)
+        repo_type = request.get("type") or "model"
+        repo_id = f"{namespace}/{request['name']}"
+        repo = hub.root / f"{repo_type}s" / repo_id
+        url = f"http://{self.headers['Host']}/{'' if repo_type == 'model' else repo_type + 's/'}{repo_id}"
+        if repo.exists():  # the Hub's answer, url included (huggingface_hub's exist_ok reads it)
+            message = "You already created this model repo"
+            self._send_json({"error": message, "url": url}, 409, {"X-Error-Message": message})
+            return
+        repo.mkdir(parents=True)
+        if request.get("visibility", "private" if request.get("private") else "public") == "private":
+            (repo / ".private").touch()
+        initial = hashlib.sha1(f"initial {repo_id}".encode()).hexdigest()
+        (repo / initial).mkdir()
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text(initial)
+        self._send_json({"url": url, "name": repo_id})
+
+    def _validate_yaml(self, request: dict) -> None:
+        """A README's metadata block, checked as the Hub checks model cards before a commit: YAML
+        that parses to a mapping, with the types the Hub requires of the fields it knows."""
+        import yaml
+
+        errors = []
+        content = request.get("content", "")
+        if content.startswith("---\n"):
+            try:
+                meta = yaml.safe_load(content[4:].split("\n---", 1)[0])
+            except yaml.YAMLError as e:
+                meta, errors = None, [{"message": f"invalid YAML: {e}"}]
+            if not errors and not isinstance(meta, dict):
+                errors.append({"message": "metadata must be a YAML mapping"})
+            for key, kinds in (("library_name", str), ("pipeline_tag", str), ("license", str),
+                               ("tags", list), ("datasets", list), ("base_model", (str, list))):
+                if isinstance(meta, dict) and key in meta and not isinstance(meta[key], kinds):
+                    errors.append({"message": f'"{key}" must be {kinds}'})
+        self._send_json({"errors": errors, "warnings": []}, 400 if errors else 200)
+
+    def _preupload(self, types: str, repo_id: str, rev: str, body: bytes, op: str = "", path: str = "") -> None:
+        hub = self.server.hub
+        repo_type = types.removesuffix("s")
+        hub._writer(self._token(), repo_id.split("/")[0])
+        repo_dir = hub._repo_dir(repo_type, repo_id, self._token())
+        snapshot = repo_dir / _commit(repo_dir, rev)
+        files = []
+        for f in json.loads(body)["files"]:
+            lfs = f["size"] >= LFS_THRESHOLD or b"\0" in base64.b64decode(f["sample"])
+            oid = None
+            if _within(snapshot, f["path"]):
+                entry = _file_entry(snapshot, f["path"])
+                oid = entry["lfs"]["oid"] if lfs and "lfs" in entry else (entry["oid"] if not lfs else _sha256(snapshot / f["path"]))
+            files.append({"path": f["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid})
+        self._send_json({"files": files, "commitOid": snapshot.name})
+
+    def _lfs_batch(self, repo_id: str, request: dict, types: str = "models") -> None:
+        hub = self.server.hub
+        hub._writer(self._token(), repo_id.split("/")[0])
+        host = f"http://{self.headers['Host']}"
+        objects = []
+        for obj in request["objects"]:
+            entry = {"oid": obj["oid"], "size": obj["size"]}
+            if not (hub.root / "lfs" / obj["oid"]).exists():
+                entry["actions"] = {"upload": {"href": f"{host}/lfs-objects/{obj['oid']}", "header": {}}}
+            objects.append(entry)
+        self._send_json({"transfer": "basic", "objects": objects, "hash_algo": "sha256"})
+
+    def _lfs_put(self, oid: str, body: bytes) -> None:
+        if hashlib.sha256(body).hexdigest() != oid:
+            raise HubError(400, None, f"content does not match its oid {oid}")
+        store = self.server.hub.root / "lfs"
+        store.mkdir(exist_ok=True)
+        (store / oid).write_bytes(body)
+        self._send_json({})
+
+    def _commit(self, types: str, repo_id: str, rev: str, body: bytes, op: str = "", path: str = "") -> None:
+        hub = self.server.hub
+        repo_type = types.removesuffix("s")
+        hub._writer(self._token(), repo_id.split("/")[0])
+        repo_dir = hub._repo_dir(repo_type, repo_id, self._token())
+        lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
+        with hub._lock:
+            parent = _commit(repo_dir, rev)
+            sha = hashlib.sha1(parent.encode() + body).hexdigest()
+            shutil.copytree(repo_dir / parent, repo_dir / sha, copy_function=os.link)
+            for line in lines:
+                kind, value = line["key"], line["value"]
+                if kind in ("file", "lfsFile", "deletedFile"):
+                    target = repo_dir / sha / value["path"]
+                    if target.exists():
+                        target.unlink()  # a hard link into the parent commit: never written through
+                    if kind == "file":
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        target.write_bytes(base64.b64decode(value["content"]))
+                    elif kind == "lfsFile":
+                        blob = hub.root / "lfs" / value["oid"]
+                        if not blob.exists():
+                            raise HubError(400, None, f"LFS object {value['oid']} was never uploaded")
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        os.link(blob, target)
+            (repo_dir / "refs" / "main").write_text(sha)
+            hub.commits.append((repo_id, sha))
+        prefix = "" if repo_type == "model" else f"{repo_type}s/"
+        self._send_json({"commitUrl": f"http://{self.headers['Host']}/{prefix}{repo_id}/commit/{sha}", "commitOid": sha,
+                         "success": True})
 
     def _send_file(self, path: Path, size: int, headers: dict[str, str]) -> None:
         """Sends the file, or the single byte range asked for as `Range: bytes=<start>-[<end>]`."""

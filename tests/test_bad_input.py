@@ -1,7 +1,10 @@
 """Bad input to any stage stops it before MaxText starts, with one line naming the field or
-file, in seconds, leaving no output behind."""
+file, in seconds, leaving no output behind: the stages themselves, as DVC runs them. (Each
+params mistake's message is checked in-process by tests/test_params.py, each chat row's by
+tests/test_chat.py.)"""
 
 import json
+import shutil
 import sys
 
 import pytest
@@ -54,11 +57,6 @@ def fake_base(config_changes: dict, weights: bool = True):
     return apply
 
 
-def real_base(root):
-    """The tiny recipe's real base checkpoint (seconds to build)."""
-    sh([sys.executable, "-m", "stages.base_model"], root)
-
-
 def params_case(key_path, value):
     def change(p):
         *parents, leaf = key_path
@@ -76,14 +74,6 @@ def params_case(key_path, value):
 DELETE = object()
 
 
-def both(*breakages):
-    def apply(root):
-        for b in breakages:
-            b(root)
-
-    return apply
-
-
 # (id, stage, break the workspace, the message's telling part)
 CASES = [
     ("unknown-key", "base_model", edit_params(lambda p: p["train"].update(setps=5)), "train.setps: unknown key (did you mean train.steps?)"),
@@ -99,7 +89,7 @@ CASES = [
      edit_params(lambda p: p["base_model"].update(source="hub", repo_id="google/gemma-3-4b-it", revision="main")),
      "base_model.revision: expected a 40-character commit hash"),
     ("split-file-missing", "dataset", params_case(("dataset", "eval_split"), "validation"), "validation.jsonl not found"),
-    ("not-json", "dataset", write_rows([GOOD, GOOD, '{"messages": [oops'], ), "train.jsonl:3: not valid JSON"),
+    ("not-json", "dataset", write_rows([GOOD, GOOD, '{"messages": [oops'], ), "train.jsonl, row 3: not valid JSON"),
     ("unknown-role", "dataset", write_rows([GOOD, msgs(("user", "Hi"), ("bot", "Hello."))]), "row 2: messages[1].role: 'bot' is not one of"),
     ("not-alternating", "dataset", write_rows([msgs(("user", "a"), ("user", "b"), ("assistant", "c"))]), "row 1: messages[1].role: expected assistant"),
     ("empty-content", "dataset", write_rows([GOOD, msgs(("user", "  "), ("assistant", "c"))]), "row 2: messages[0].content: must be a non-empty string"),
@@ -110,9 +100,21 @@ CASES = [
     ("no-base-checkpoint", "convert_in", lambda root: None, "models/base-hf/config.json: not found; run the base_model stage first"),
     ("no-base-weights", "convert_in", fake_base({}, weights=False), "no model.safetensors.index.json or model.safetensors"),
     ("unsupported-activation", "convert_in", fake_base({"hidden_activation": "gelu"}), "hidden_activation='gelu'"),
-    ("no-disk-for-checkpoints", "train", both(real_base, params_case(("runtime", "keep_checkpoints"), 10**9)),
-     "not enough free disk for MaxText's training checkpoints in"),
 ]
+
+
+def assert_stopped_at_once(proc, root, stage: str, message: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr  # one line, no traceback
+    assert message in lines[0], lines[0]
+    assert lines[0].startswith(f"{stage}: error: ")
+    assert not (root / "logs").exists()  # MaxText never started
+    assert not (root / "dvc.lock").exists()
+    for out in ("data/chat", "models/base-maxtext", "models/sft-maxtext", "metrics/dataset.json", ".scratch"):
+        assert not (root / out).exists()
+    if stage == "base_model":
+        assert not (root / "models").exists()
 
 
 @pytest.mark.parametrize("stage,breakage,message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -120,18 +122,15 @@ def test_bad_input_fails_fast_with_one_line(workspace, stage, breakage, message)
     root = workspace("bad")
     breakage(root)
     proc = sh([sys.executable, "-m", f"stages.{stage}"], root, check=False, timeout=60)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr  # one line, no traceback
-    assert message in lines[0], lines[0]
-    assert lines[0].startswith(f"{stage}: error: ")
-    assert proc.elapsed < 10
-    assert not (root / "logs").exists()  # MaxText never started
-    assert not (root / "dvc.lock").exists()
-    for out in ("data/chat", "models/base-maxtext", "metrics/dataset.json"):
-        assert not (root / out).exists()
-    if stage == "base_model":
-        assert not (root / "models").exists()
+    assert_stopped_at_once(proc, root, stage, message)
+
+
+def test_no_disk_for_the_checkpoints_stops_training_before_it_starts(workspace, tiny_base):
+    root = workspace("no-disk")
+    shutil.copytree(tiny_base, root / "models" / "base-hf")  # what base_model writes
+    params_case(("runtime", "keep_checkpoints"), 10**9)(root)
+    proc = sh([sys.executable, "-m", "stages.train"], root, check=False, timeout=60)
+    assert_stopped_at_once(proc, root, "train", "not enough free disk for MaxText's training checkpoints in")
 
 
 def test_bad_input_through_dvc_repro(workspace):
@@ -146,11 +145,11 @@ def test_bad_input_through_dvc_repro(workspace):
 
 def test_grid_refuses_a_bad_variant_before_queuing_any(workspace):
     root = workspace("bad-grid")
-    proc = sh([sys.executable, "-m", "stages.grid", "train.learning_rate=1e-3,-1", "train.stpes=40"], root, check=False, timeout=60)
+    proc = sh([sys.executable, "-m", "tools.grid", "train.learning_rate=1e-3,-1", "train.stpes=40"], root, check=False, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "grid: error: train.learning_rate=1e-3 train.stpes=40: train.stpes: unknown key (did you mean train.steps?)"]
-    proc = sh([sys.executable, "-m", "stages.grid", "train.learning_rate=1e-3,-1"], root, check=False, timeout=60)
+    proc = sh([sys.executable, "-m", "tools.grid", "train.learning_rate=1e-3,-1"], root, check=False, timeout=60)
     assert "train.learning_rate=-1: train.learning_rate: expected a number > 0" in proc.stderr
     assert "queued" not in proc.stdout
     assert "No experiment tasks" in sh(["dvc", "queue", "status"], root).stdout

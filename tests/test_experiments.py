@@ -1,14 +1,13 @@
 """Experiments: variants run with `dvc exp run -S`, compared in `dvc exp show`, retrieved
 with `dvc exp apply`; a queued grid; a LoRA variant; the evaluation that tells them apart."""
 
-import hashlib
 import json
 import time
 
 import pytest
 import yaml
 
-from conftest import sh, stages_run
+from conftest import EXPERIMENTS, apply, clone_workspace, sh, sha256s, stages_run
 
 pytestmark = pytest.mark.slow
 
@@ -27,35 +26,6 @@ def exp_rows(root) -> dict:
     return rows
 
 
-def sha256s(directory) -> dict:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir()) if p.is_file()}
-
-
-# Two variants of train.learning_rate; the second is also the LoRA variant (one training
-# fewer for the suite: each costs minutes).
-EXPERIMENTS = {
-    "lora-lr5e-3": ["train.lora.enabled=true", "train.learning_rate=5e-3"],
-    "lr5e-4": ["train.learning_rate=5e-4"],
-}
-
-
-@pytest.fixture(scope="module")
-def experiments(tiny_run, tmp_path_factory, jax_cache):
-    """A clone of the tiny run with the EXPERIMENTS run in it: (root, {name: output},
-    {name: sha256 of each exported file})."""
-    from conftest import clone_workspace
-
-    root = clone_workspace(tiny_run, tmp_path_factory.mktemp("exps"), jax_cache)
-    outputs, exports = {}, {}
-    for name, changes in EXPERIMENTS.items():
-        outputs[name] = sh(["dvc", "exp", "run", "-n", name, *(a for c in changes for a in ("-S", c))], root).stdout
-        exports[name] = sha256s(root / "models" / "sft-hf")
-    return root, outputs, exports
-
-
-def apply(root, name):
-    sh(["dvc", "exp", "apply", name], root)
-    sh(["dvc", "checkout", "-q"], root)
 
 
 def test_a_train_param_reruns_train_and_what_follows(experiments):
@@ -73,10 +43,12 @@ def test_two_experiments_differ_in_their_param_and_metrics(experiments):
     for row in (a, b):
         m = row["metrics"]
         # (mfu too on a TPU; on CPU there is no peak to divide by, and DVC drops the null)
-        assert {"final_loss", "tokens_per_sec_per_device", "step_time_s", "tflops_per_sec_per_device"} <= set(m["metrics/train.json"])
-        assert {"base_loss", "base_perplexity", "fine_tuned_loss", "fine_tuned_perplexity"} <= set(m["metrics/eval.json"])
-    assert a["metrics"]["metrics/train.json"]["final_loss"] != b["metrics"]["metrics/train.json"]["final_loss"]
-    assert a["metrics"]["metrics/eval.json"]["fine_tuned_loss"] != b["metrics"]["metrics/eval.json"]["fine_tuned_loss"]
+        run = m["dvclive/metrics.json"]["run"]
+        assert {"final_loss", "median_tokens_per_sec_per_device", "median_step_time_s", "tflops_per_sec_per_device"} <= set(run)
+        assert {"loss", "learning_rate", "grad_norm"} <= set(m["dvclive/metrics.json"]["train"])
+        assert {"base_loss", "base_perplexity", "fine_tuned_loss", "fine_tuned_perplexity"} <= set(m["metrics/eval.json"]["eval"])
+    assert a["metrics"]["dvclive/metrics.json"]["run"]["final_loss"] != b["metrics"]["dvclive/metrics.json"]["run"]["final_loss"]
+    assert a["metrics"]["metrics/eval.json"]["eval"]["fine_tuned_loss"] != b["metrics"]["metrics/eval.json"]["eval"]["fine_tuned_loss"]
 
 
 def test_applying_an_experiment_restores_its_weights(experiments):
@@ -93,29 +65,27 @@ def test_lora_variant_trains_exports_and_loads(experiments):
     root, _, exports = experiments
     apply(root, "lora-lr5e-3")
     assert (root / "models" / "sft-maxtext" / "lora").is_dir() and (root / "models" / "sft-maxtext" / "params").is_dir()
-    check = json.loads((root / "metrics" / "export_check.json").read_text())
+    check = json.loads((root / "metrics" / "export_check.json").read_text())["export"]
     assert check["passed"]  # the merged export reproduces MaxText's base + adapter, unmerged
     limits = yaml.safe_load((root / "params.yaml").read_text())["convert_out"]["check"]
     assert check["kl_max"] <= limits["max_kl"]
     model = transformers.AutoModelForImageTextToText.from_pretrained(root / "models" / "sft-hf")
     assert model.config.text_config.num_hidden_layers == 8
-    m = json.loads((root / "metrics" / "eval.json").read_text())
+    m = json.loads((root / "metrics" / "eval.json").read_text())["eval"]
     assert m["fine_tuned_loss"] < m["base_loss"] - 1.0, m  # the adapter learned
 
 
 def test_fine_tuning_lowers_held_out_loss(tiny_run):
-    m = json.loads((tiny_run.path / "metrics" / "eval.json").read_text())
+    m = json.loads((tiny_run.path / "metrics" / "eval.json").read_text())["eval"]
     assert m["fine_tuned_loss"] < m["base_loss"] - 1.0, m  # the tiny data is learnable: a real, large effect
     assert m["fine_tuned_perplexity"] < m["base_perplexity"]
     generations = (tiny_run.path / "eval" / "generations.md").read_text()
     assert generations.count("**fine-tuned**") == 4 and "What is the capital of Peru?" in generations
 
 
-def test_queued_grid_runs_and_reports_every_variant(tiny_run, tmp_path, jax_cache):
-    from conftest import clone_workspace
-
-    root = clone_workspace(tiny_run, tmp_path, jax_cache)
-    sh(["python", "-m", "stages.grid", "evaluate.max_new_tokens=4,8,12"], root)
+def test_queued_grid_runs_and_reports_every_variant(tiny_run, tmp_path):
+    root = clone_workspace(tiny_run, tmp_path)
+    sh(["python", "-m", "tools.grid", "evaluate.max_new_tokens=4,8,12"], root)
     sh(["dvc", "queue", "start", "--jobs", "1"], root)
     deadline = time.monotonic() + 1200
     while True:
@@ -129,4 +99,4 @@ def test_queued_grid_runs_and_reports_every_variant(tiny_run, tmp_path, jax_cach
     for tokens in (4, 8, 12):
         row = rows[f"max-new-tokens{tokens}"]
         assert row["params"]["params.yaml"]["evaluate"]["max_new_tokens"] == tokens
-        assert row["metrics"]["metrics/eval.json"]["fine_tuned_loss"] > 0
+        assert row["metrics"]["metrics/eval.json"]["eval"]["fine_tuned_loss"] > 0

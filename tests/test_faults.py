@@ -1,6 +1,7 @@
 """Nothing lost, nothing wrong: training killed at three points resumes where it stopped and
-ends bit-identical to an uninterrupted run; conversions killed mid-write never leave an output
-DVC could take as complete; a second `dvc repro` in the same workspace is refused."""
+ends bit-identical to an uninterrupted run (and, from scratch, to tiny_run: the determinism
+test); conversions killed mid-write never leave an output DVC could take as complete; a
+second `dvc repro` in the same workspace is refused."""
 
 import json
 import os
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import clone_workspace, env, sh, stages_run
+from conftest import commit, env, set_param, sh, stages_run, train_losses
 
 pytestmark = pytest.mark.slow
 
@@ -97,6 +98,13 @@ def last_logged_step(root: Path) -> int:
     return int(max(steps, default=0))
 
 
+def live_steps(root: Path) -> list[int]:
+    try:
+        return sorted(train_losses(root))
+    except (OSError, ValueError, KeyError):
+        return []  # not written yet, or a row being written
+
+
 def flat_params(checkpoint: Path) -> dict:
     from stages.lib.merge_lora import restore_numpy
 
@@ -113,42 +121,45 @@ def flat_params(checkpoint: Path) -> dict:
     return out
 
 
-def set_params(root: Path, **changes) -> None:
-    path = root / "params.yaml"
-    params = yaml.safe_load(path.read_text())
-    for dotted, value in changes.items():
-        *parents, leaf = dotted.split("__")
-        node = params
-        for key in parents:
-            node = node[key]
-        node[leaf] = value
-    path.write_text(yaml.safe_dump(params, sort_keys=False))
+def output_hashes(root: Path) -> dict:
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    return {out["path"]: out["md5"] for stage in lock["stages"].values() for out in stage.get("outs", [])}
 
 
-def test_training_killed_three_times_resumes_each_time_and_ends_as_if_never_killed(tiny_run, tmp_path, jax_cache):
-    root = clone_workspace(tiny_run, tmp_path, jax_cache)
+def test_training_killed_three_times_resumes_each_time_and_ends_as_if_never_killed(tiny_run, workspace):
+    """Also the determinism test: this run starts from scratch in a fresh workspace, so with
+    tiny_run it is two runs from scratch, which must agree bit for bit (evaluating every 20
+    steps, as this run does and tiny_run does not, changes no weight)."""
+    root = workspace("faults")
     steps = yaml.safe_load((root / "params.yaml").read_text())["train"]["steps"]
     assert steps == 40
-    set_params(root, train__checkpoint_period=10, runtime__keep_checkpoints=2)  # a fresh run: new digest
+    set_param(root, "train.checkpoint_period", 10)  # another digest than tiny_run's: its own working directory
+    set_param(root, "runtime.keep_checkpoints", 2)
+    set_param(root, "train.eval_interval", 20)  # held-out loss at steps 0, 20 and 40, across the kills
+    set_param(root, "runtime.data_workers", 1)  # (in-training evaluations need grain's worker)
+    commit(root, "checkpoints every 10 steps, evaluations every 20")
 
     # 1. Right after the first checkpoint; only DVC is killed (say, the SSH session dropped):
     #    the stage and MaxText must follow it rather than train on as orphans.
-    run = Repro(root, "train", name="run1")
+    run = Repro(root, "convert_out", name="run1")
     run.wait_for(lambda: 10 in complete_checkpoints(root), "checkpoint 10")
     run.kill(signal.SIGKILL, whole_group=False)
     assert "resuming at step" not in run.output()
     assert not (root / "models" / "sft-maxtext").exists()
 
     # 2. Mid-interval, by SIGTERM to everything (a Ctrl-C or a stopped service).
-    run = Repro(root, "train", name="run2")
+    run = Repro(root, "convert_out", name="run2")
     run.wait_for(lambda: "resuming at step 10:" in run.output(), "a resume at step 10")
     run.wait_for(lambda: last_logged_step(root) >= 25, "step 25")
+    # DVCLive's files hold the steps so far while the run goes on, the killed run's included.
+    run.wait_for(lambda: max(live_steps(root), default=0) >= 25, "DVCLive's step 25")
+    assert set(range(1, 10)) <= set(live_steps(root))
     run.kill(signal.SIGTERM)
     assert complete_checkpoints(root)[-1] == 20, checkpoint_names(root)
     assert not (root / "models" / "sft-maxtext").exists()
 
     # 3. While checkpoint 30 is being written (SIGKILL to everything, as a preemption does).
-    run = Repro(root, "train", name="run3")
+    run = Repro(root, "convert_out", name="run3")
     run.wait_for(lambda: "resuming at step 20:" in run.output(), "a resume at step 20")
     run.wait_for(lambda: any(n.startswith("30.") for n in checkpoint_names(root)), "checkpoint 30 being written")
     run.kill(signal.SIGKILL)
@@ -156,28 +167,39 @@ def test_training_killed_three_times_resumes_each_time_and_ends_as_if_never_kill
     assert "30" not in names and any(n.startswith("30.") for n in names), names  # killed mid-save
 
     # The last run resumes from the newest complete checkpoint and finishes.
-    run = Repro(root, "train", name="run4")
+    run = Repro(root, "convert_out", name="run4")
     output = run.finish()
     assert "resuming at step 20:" in output
-    assert stages_run(output) == ["train"]
+    assert stages_run(output) == ["train", "convert_out"]  # nothing before train ran again
     assert not list((root / ".scratch").glob("train-*")), "scratch is cleaned after a successful run"
-    assert json.loads(sh(["dvc", "status", "--json", "train"], root).stdout) == {}  # dvc.lock matches the outputs
-    rows = (root / "plots" / "train.csv").read_text().splitlines()[1:]
-    logged = [int(r.split(",")[0]) for r in rows]
-    assert logged == sorted(set(logged)) and logged[-1] == steps  # each step once, in order
+    for stage in ("train", "convert_out"):  # dvc.lock matches the outputs
+        assert json.loads(sh(["dvc", "status", "--json", stage], root).stdout) == {}
+    losses = train_losses(root)
+    logged = sorted(losses)
+    assert logged[-1] == steps
     # Every step of the last run. (A kill can lose a step's metrics line but not its training:
     # checkpoint 10 may be written before MaxText logs step 10, and the resume starts at 11.)
     assert set(range(21, steps + 1)) <= set(logged) and len(logged) >= steps - 3, logged
-    assert json.loads((root / "metrics" / "train.json").read_text())["steps"] == steps
+    assert json.loads((root / "dvclive" / "metrics.json").read_text())["run"]["steps"] == steps
 
     # Same data order, same optimizer state: the weights are those of the uninterrupted run
-    # (tiny_run: same inputs, checkpoints every 20 steps, never killed).
+    # (tiny_run: same inputs, checkpoints every 20 steps, never killed) ...
     resumed = flat_params(root / "models" / "sft-maxtext" / "params")
     uninterrupted = flat_params(tiny_run.path / "models" / "sft-maxtext" / "params")
     assert resumed.keys() == uninterrupted.keys()
     differing = {k: float(np.max(np.abs(resumed[k].astype(np.float64) - uninterrupted[k])))
                  for k in resumed if not np.array_equal(resumed[k], uninterrupted[k])}
     assert differing == {}, f"resumed run differs from the uninterrupted one (max abs diff per array): {differing}"
+    # The held-out curve too continues across the kills: each evaluation once.
+    evals = (root / "dvclive" / "plots" / "metrics" / "eval" / "loss.tsv").read_text().splitlines()[1:]
+    assert [int(line.split("\t")[0]) for line in evals] == [0, 20, 40], evals
+    # ... and so is every loss either run logged, from step 1, and every output but MaxText's
+    # own checkpoint (Orbax's OCDBT files are not byte-reproducible: random names, timestamps).
+    reference = train_losses(tiny_run.path)
+    assert {s: reference[s] for s in logged} == losses
+    first, again = output_hashes(tiny_run.path), output_hashes(root)
+    for path in ("models/base-hf", "data/chat", "models/sft-hf"):
+        assert first[path] == again[path], f"{path} differs between two runs from scratch"
 
 
 def cache_files(root: Path) -> set[str]:

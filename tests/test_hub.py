@@ -35,13 +35,10 @@ def parquet_bytes(rows: int, tmp_path, name: str) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory):
+def hub(tmp_path_factory, tiny_base):
     """A stand-in Hub with a gated tiny Gemma 3 (Hub layout) and an UltraChat-shaped dataset."""
-    from stages.lib import tiny_gemma3
-
     root = tmp_path_factory.mktemp("hub")
-    model_dir = tmp_path_factory.mktemp("model")
-    tiny_gemma3.build(str(model_dir), seed=7)
+    model_dir = tiny_base
     data = tmp_path_factory.mktemp("data")
     server = HubServer(root / "repos")
     server.add_repo("model", MODEL, MODEL_SHA, from_dir=model_dir, gated_tokens={GOOD_TOKEN})
@@ -96,12 +93,14 @@ def test_base_model_downloads_the_pinned_revision(hub, workspace):
 ], ids=["no-token", "license-not-accepted"])
 def test_gated_model_fails_at_once_with_one_line(hub, workspace, token, message):
     root = hub_workspace(workspace)
+    before = len(hub.requests)
     proc = run_stage(hub, root, "base_model", token=token)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr
-    assert proc.elapsed < 5
     assert not (root / "models").exists()
+    # Refused on the metadata probe: no file was downloaded (bench/fail_fast.py times it).
+    assert not [r for r in hub.requests[before:] if r.method == "GET" and "/resolve/" in r.path and r.status == 200]
     if token:
         assert token not in proc.stderr + proc.stdout
 
@@ -121,7 +120,8 @@ def test_dataset_streams_the_pinned_revision(hub, workspace):
     evals = [json.loads(line) for line in (root / "data" / "chat" / "eval.jsonl").read_text().splitlines()]
     assert train == [{"messages": conversation(i)} for i in range(30)]
     assert len(evals) == 5  # dataset.max_eval_rows
-    assert json.loads((root / "metrics" / "dataset.json").read_text()) == {"train_rows": 30, "eval_rows": 5}
+    assert json.loads((root / "metrics" / "dataset.json").read_text()) == {
+        "train": {"rows": 30, "skipped": 0}, "eval": {"rows": 5, "skipped": 0}}
 
 
 def test_unknown_split_is_named(hub, workspace):

@@ -4,22 +4,10 @@ changed param re-runs exactly the stages that read it."""
 import json
 
 import pytest
-import yaml
 
-from conftest import sh, stages_run
+from conftest import set_param, sh, stages_run
 
-ALL_STAGES = {"base_model", "dataset", "convert_in", "fit_check", "train", "convert_out", "evaluate"}
-
-
-def set_param(root, dotted: str, value) -> None:
-    path = root / "params.yaml"
-    params = yaml.safe_load(path.read_text())
-    node = params
-    *parents, leaf = dotted.split(".")
-    for key in parents:
-        node = node[key]
-    node[leaf] = value
-    path.write_text(yaml.safe_dump(params, sort_keys=False))
+ALL_STAGES = {"base_model", "dataset", "token_lengths", "convert_in", "fit_check", "train", "convert_out", "evaluate"}
 
 
 @pytest.mark.slow
@@ -43,45 +31,28 @@ def test_convert_out_param_change_reruns_convert_out_and_evaluate_only(clone_of_
     assert shards_after > shards_before
 
 
-def test_every_stage_declares_only_params_that_exist(workspace):
-    """A typo in dvc.yaml's params lists would silently track nothing."""
-    from stages.lib.params import SCHEMA
-
-    dvc = yaml.safe_load((workspace("declared").joinpath("dvc.yaml")).read_text())
-    for name, stage in dvc["stages"].items():
-        for dotted in stage["params"]:
-            node = SCHEMA
-            for key in dotted.split("."):
-                assert key in node, f"stage {name} declares unknown param {dotted}"
-                node = node[key]
-            assert not dotted.startswith("runtime"), f"stage {name} declares runtime.* (never tracked)"
-
-
-def test_training_scratch_is_keyed_by_exactly_the_train_stage_inputs(workspace, monkeypatch):
-    """A killed run resumes only when nothing train reads has changed; anything else starts fresh."""
-    from stages import train
-    from stages.lib.params import load
-
-    monkeypatch.chdir(workspace("digest"))
-    params = load()
-
-    def digest(section, key, value):
-        changed = {**params, section: {**params[section], key: value}}
-        return train.inputs_digest(changed)
-
-    same = train.inputs_digest(params)
-    assert digest("runtime", "keep_checkpoints", 5) == same  # how to run, not what
-    assert digest("convert_out", "shard_size_mb", 1) == same  # read after training
-    assert digest("train", "learning_rate", 1.0) != same
-    assert digest("train", "seed", 7) != same
-    assert digest("model", "scan_layers", not params["model"]["scan_layers"]) != same
-
-
-def test_mfu_is_maxtexts_tflops_over_the_chips_peak():
-    from stages import train
-
-    steps = [{"step": i, "learning/loss": 1.0, "perf/per_device_tflops_per_sec": t, "perf/per_device_tokens_per_sec": 1.0,
-              "perf/step_time_seconds": 1.0} for i, t in ((1, 5.0), (2, 459.0), (3, 459.0))]  # step 1 compiles
-    tpu = train.summarise(steps, [], {"hardware": {"kind": "v6e-8"}})
-    assert tpu["mfu"] == pytest.approx(459.0 / 918)  # v6e: 918 bf16 TFLOP/s per chip
-    assert train.summarise(steps, [], {"hardware": {"kind": "cpu"}})["mfu"] is None
+@pytest.mark.slow
+def test_metrics_read_at_a_glance(tiny_run):
+    # Every metric file groups its figures under the same few names, so `dvc metrics show`
+    # has one column per figure (train.rows from dataset.json and token_lengths.json alike).
+    shown = json.loads(sh(["dvc", "metrics", "show", "--json"], tiny_run.path).stdout)
+    files = next(iter(shown.values()))["data"]
+    groups = {path: set(found["data"]) for path, found in files.items()}
+    assert groups == {
+        "metrics/dataset.json": {"train", "eval"},
+        "metrics/token_lengths.json": {"train", "eval"},
+        "metrics/fit_check.json": {"fit"},
+        "dvclive/metrics.json": {"train", "run", "step"},
+        "metrics/export_check.json": {"export", "prompts", "config_differences"},
+        "metrics/eval.json": {"eval"},
+    }, groups
+    assert files["metrics/dataset.json"]["data"]["train"]["rows"] == files["metrics/token_lengths.json"]["data"]["train"]["rows"]
+    # ... and the demo ends with a summary of them.
+    summary = sh(["python", "-m", "tools.summary"], tiny_run.path).stdout.splitlines()
+    heldout = files["metrics/eval.json"]["data"]["eval"]
+    assert [line.split()[0] for line in summary] == ["data", "training", "held-out", "export", "time"]
+    assert f"loss {heldout['base_loss']:.3f} (base) -> {heldout['fine_tuned_loss']:.3f} (fine-tuned)" in summary[2]
+    assert summary[3].startswith("export      passed: max KL")
+    times = json.loads((tiny_run.path / "logs" / "stage_times.json").read_text())
+    assert set(times) == ALL_STAGES and all(t > 0 for t in times.values())
+    assert all(stage in summary[4] for stage in ALL_STAGES)

@@ -4,6 +4,7 @@ a checkpoint counts as complete only once Orbax has committed it."""
 import pytest
 
 from gcs_server import CLIENT_ENV, GcsServer
+from stages.lib import workdir
 
 
 @pytest.fixture
@@ -17,15 +18,10 @@ def gcs(tmp_path, monkeypatch):
     server.stop()
 
 
-def test_only_committed_checkpoints_on_gcs_count_as_resume_points(gcs, workspace, monkeypatch):
-    from stages import train
-    from stages.lib.params import load
-
-    monkeypatch.chdir(workspace("gcs-scratch"))
-    params = load()
-    params["runtime"]["scratch_dir"] = "gs://scratch-bucket/scratch"
-    work = train.Workdir(params)
-    assert work.url.startswith("gs://scratch-bucket/scratch/train-")
+def test_only_committed_checkpoints_on_gcs_count_as_resume_points(gcs, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    work = workdir.Workdir("gs://scratch-bucket/scratch", "train-0123456789abcdef")
+    assert work.url == "gs://scratch-bucket/scratch/train-0123456789abcdef" and work.on_gcs
     # On GCS Orbax writes a step under its final name and marks it done with commit_success.txt.
     for step in (10, 20):
         work.fs.pipe(f"{work.checkpoints}/{step}/model_params/manifest.ocdbt", b"data")
@@ -34,5 +30,8 @@ def test_only_committed_checkpoints_on_gcs_count_as_resume_points(gcs, workspace
     assert work.complete_steps() == [10, 20]
     work.prune(keep=1)
     assert work.complete_steps() == [20]
+    other = workdir.Workdir("gs://scratch-bucket/scratch", "train-fedcba9876543210")
+    other.fs.pipe(f"{other.checkpoints}/5/commit_success.txt", b"done")
+    assert work.others() == ["scratch-bucket/scratch/train-fedcba9876543210"]
     work.remove()
     assert not work.fs.exists(work.root)

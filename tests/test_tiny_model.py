@@ -13,35 +13,30 @@ def digest(d) -> dict:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir())}
 
 
-def test_tiny_checkpoint_is_deterministic(tmp_path):
-    a, b = tmp_path / "a", tmp_path / "b"
+def test_tiny_checkpoint_is_deterministic(tiny_base, tmp_path):
+    a, c = tmp_path / "a", tmp_path / "c"
     a.mkdir()
-    b.mkdir()
-    tiny_gemma3.build(str(a), seed=0)
-    tiny_gemma3.build(str(b), seed=0)
-    assert digest(a) == digest(b)
-    c = tmp_path / "c"
     c.mkdir()
+    tiny_gemma3.build(str(a), seed=0)
+    assert digest(a) == digest(tiny_base)
     tiny_gemma3.build(str(c), seed=1)
     assert digest(c)["model-00001-of-00002.safetensors"] != digest(a)["model-00001-of-00002.safetensors"]
 
 
-def test_tiny_checkpoint_loads_like_the_hub_model(tmp_path):
+def test_tiny_checkpoint_loads_like_the_hub_model(tiny_base):
     import transformers
 
-    tiny_gemma3.build(str(tmp_path), seed=0)
-    assert gemma3.detect_layout(str(tmp_path)) == "hub"  # like google/gemma-3-4b-it
-    model, info = transformers.AutoModelForImageTextToText.from_pretrained(tmp_path, output_loading_info=True)
+    assert gemma3.detect_layout(str(tiny_base)) == "hub"  # like google/gemma-3-4b-it
+    model, info = transformers.AutoModelForImageTextToText.from_pretrained(tiny_base, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     assert type(model).__name__ == "Gemma3ForConditionalGeneration"
-    assert json.loads((tmp_path / "config.json").read_text())["text_config"]["hidden_activation"] == "gelu_pytorch_tanh"
+    assert json.loads((tiny_base / "config.json").read_text())["text_config"]["hidden_activation"] == "gelu_pytorch_tanh"
 
 
-def test_tokenizer_is_gemma3_sentencepiece(tmp_path):
+def test_tokenizer_is_gemma3_sentencepiece(tiny_base):
     import transformers
 
-    tiny_gemma3.build(str(tmp_path), seed=0)
-    hf = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    hf = transformers.AutoTokenizer.from_pretrained(tiny_base)
     sp = sentencepiece.SentencePieceProcessor(model_file=gemma3.maxtext_tokenizer_file())
     for text in ["What is the capital of Peru?", "17 plus 25 is 42.", "Spell the word rabbit backwards.", "naïve café, 東京"]:
         assert hf(text, add_special_tokens=False)["input_ids"] == sp.encode(text)

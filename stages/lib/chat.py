@@ -1,18 +1,32 @@
-"""Chat rows in UltraChat's format, and the checks they must pass before training.
+"""Chat rows, the checks they must pass before training, and reading them from a file
+whatever its bytes.
 
-A row is {"messages": [{"role": ..., "content": ...}, ...]}. MaxText's SFT pipeline applies
-the tokenizer's chat template turn by turn and trains on assistant turns; Gemma 3's template
-accepts an optional leading system message, then strictly alternating user/assistant turns.
+What training reads is UltraChat's format: {"messages": [{"role": ..., "content": ...}, ...]}.
+Source rows come in one of three formats (`dataset.format`), normalised to it first:
+  messages            OpenAI-style {role, content} lists, in `dataset.column` (UltraChat's)
+  sharegpt            ShareGPT's {from, value} lists, in `dataset.column` (usually
+                      "conversations"; from: system, human, gpt)
+  prompt_completion   TRL's pairs: a "prompt" and a "completion" string, one exchange
+MaxText's SFT pipeline applies the tokenizer's chat template round by round and trains on
+the assistant's turns. Every supported family's template (Gemma 3 folds a system message
+into the first user turn; Llama 3 and Qwen 3 have a system turn) accepts an optional leading
+system message, then strictly alternating user/assistant turns ending with the assistant's.
 Anything else fails inside MaxText minutes into a run, or is silently mis-masked, so it is
-caught here with the row number.
+caught here with the row number. A bad row either stops the dataset stage or is skipped and
+recorded (`dataset.on_bad_row`), up to `dataset.max_skipped_fraction` of a split.
 """
 
-import os
+import json
+from dataclasses import dataclass, field
 
-from stages.lib import paths
-from stages.lib.maxtext import flag
+from stages.lib.cli import UserError
 
 ROLES = ("system", "user", "assistant")
+FORMATS = ("messages", "sharegpt", "prompt_completion")
+SHAREGPT_ROLES = {"system": "system", "human": "user", "gpt": "assistant", "user": "user", "assistant": "assistant"}
+# Longer than any conversation a model trains on (UltraChat's longest is ~100 KB): a line
+# this long is a broken file, and is not read into memory whole.
+MAX_ROW_BYTES = 16 * 2**20
 
 
 def problem(row) -> str | None:
@@ -31,6 +45,10 @@ def problem(row) -> str | None:
             return f"messages[{i}].role: {role!r} is not one of {', '.join(ROLES)}"
         if not isinstance(content, str) or not content.strip():
             return f"messages[{i}].content: must be a non-empty string"
+        try:
+            content.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"messages[{i}].content: not valid Unicode (a lone surrogate, e.g. from an escaped \\ud800)"
         if role == "system":
             if i != 0:
                 return f"messages[{i}]: a system message is only allowed first"
@@ -43,41 +61,104 @@ def problem(row) -> str | None:
     return None
 
 
-def maxtext_data_args(params: dict, train_file: str | None = None) -> list[str]:
-    """How chat rows become token batches: shared by training and the evaluate stage, so that
-    held-out loss is measured on exactly what training optimises."""
-    t = params["train"]
-    return [
-        f"tokenizer_path={os.path.abspath(paths.BASE_HF)}",
-        "hf_path=json",
-        f"hf_train_files={os.path.abspath(train_file or os.path.join(paths.DATA, 'train.jsonl'))}",
-        "train_split=train",
-        "train_data_columns=['messages']",
-        f"hf_eval_files={os.path.abspath(os.path.join(paths.DATA, 'eval.jsonl'))}",
-        "hf_eval_split=train",  # a JSON file's only split, whatever it is called upstream
-        "eval_data_columns=['messages']",
-        f"max_target_length={t['max_target_length']}",
-        f"packing={flag(t['packing'])}",
-        f"sft_train_on_completion_only={flag(t['completion_only_loss'])}",
-    ]
+def normalise(value, fmt: str, column: str | None) -> tuple[dict | None, str | None]:
+    """A source row in `fmt` as {"messages": [...]}, or (None, what is wrong with its shape).
+    The messages themselves are checked afterwards, by `problem`, the same for every format."""
+    if not isinstance(value, dict):
+        return None, f"expected an object, got {type(value).__name__}"
+    if fmt == "prompt_completion":
+        if set(value) & {"prompt", "completion"} != {"prompt", "completion"}:
+            return None, "expected string fields 'prompt' and 'completion'"
+        turns = [("user", value["prompt"]), ("assistant", value["completion"])]
+        return {"messages": [{"role": r, "content": c} for r, c in turns]}, None
+    if column not in value:
+        return None, f"no {column!r} column"
+    if fmt == "messages":
+        return {"messages": value[column]}, None
+    turns = value[column]
+    if not isinstance(turns, list):
+        return None, f"{column!r} must be a list of {{from, value}} turns"
+    messages = []
+    for i, t in enumerate(turns):
+        if not isinstance(t, dict) or set(t) != {"from", "value"}:
+            return None, f"{column}[{i}]: expected {{from, value}}, got {t!r:.80}"
+        if t["from"] not in SHAREGPT_ROLES:
+            return None, f"{column}[{i}].from: {t['from']!r} is not one of system, human, gpt"
+        messages.append({"role": SHAREGPT_ROLES[t["from"]], "content": t["value"]})
+    return {"messages": messages}, None
 
 
-def count_too_long(jsonl_path: str, tokenizer_dir: str, max_length: int, batch: int = 256) -> tuple[int, int]:
-    """(conversations longer than max_length tokens once templated, all conversations).
+def read_jsonl(path: str):
+    """(row number, value, problem) for every non-blank line of a JSONL file, whatever its
+    bytes: a line that is not UTF-8, not JSON, too deep or too long comes with its problem
+    (and value None) instead of an exception."""
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror})") from None
+    with f:
+        row_no = 0
+        while line := f.readline(MAX_ROW_BYTES + 1):
+            row_no += 1
+            if len(line) > MAX_ROW_BYTES and not line.endswith(b"\n"):
+                while (rest := f.readline(MAX_ROW_BYTES)) and not rest.endswith(b"\n"):
+                    pass  # the remainder of the overlong line
+                yield row_no, None, f"longer than {MAX_ROW_BYTES:,} bytes; not a conversation"
+                continue
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                yield row_no, None, f"not UTF-8 text (byte {e.start + 1} of the row); save the file as UTF-8"
+                continue
+            if not text.strip():
+                continue
+            try:
+                yield row_no, json.loads(text), None
+            except json.JSONDecodeError as e:
+                yield row_no, None, f"not valid JSON ({e.msg} at column {e.colno})"
+            except RecursionError:
+                yield row_no, None, "nested too deeply to be a conversation"
 
-    MaxText truncates such rows silently: the end of the conversation, usually the answer it
-    should learn, is never trained on. Counting them first lets the train stage say so.
-    """
-    import json
 
-    import transformers
+@dataclass
+class Selection:
+    """Which rows of one split are trained on. A bad row stops the stage (on_bad_row "stop")
+    or is skipped and listed in `skipped` (on_bad_row "skip"), and the split fails if more
+    than max_skipped_fraction of its rows were bad."""
 
-    tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
-    too_long = total = 0
-    with open(jsonl_path) as f:
-        rows = (json.loads(line)["messages"] for line in f if line.strip())
-        while chunk := [m for _, m in zip(range(batch), rows)]:
-            ids = tokenizer.apply_chat_template(chunk, tokenize=True, return_dict=True)["input_ids"]
-            too_long += sum(len(x) > max_length for x in ids)
-            total += len(chunk)
-    return too_long, total
+    where: str  # the file or Hub split, for messages
+    column: str | None
+    on_bad_row: str = "stop"
+    max_skipped_fraction: float = 0.0
+    format: str = "messages"
+    skipped: list[dict] = field(default_factory=list)
+    kept: int = 0
+
+    def rows(self, source, limit: int | None = None):
+        """Yields {"messages": [...]} for each good row of `source` ((row, value, problem)
+        triples), up to `limit` good rows."""
+        for row_no, value, bad in source:
+            if limit is not None and self.kept >= limit:
+                break
+            record = None
+            if bad is None:
+                record, bad = normalise(value, self.format, self.column)
+            bad = bad or problem(record)
+            if bad:
+                if self.on_bad_row == "stop":
+                    raise UserError(f"{self.where}, row {row_no}: {bad}")
+                self.skipped.append({"row": row_no, "reason": bad})
+                continue
+            self.kept += 1
+            yield record
+        self.check()
+
+    def check(self) -> None:
+        seen = self.kept + len(self.skipped)
+        if seen == 0:
+            raise UserError(f"{self.where}: no rows; an empty split cannot be trained or evaluated on")
+        if len(self.skipped) > self.max_skipped_fraction * seen:
+            first = self.skipped[0]
+            raise UserError(
+                f"{self.where}: {len(self.skipped)} of {seen} rows are bad ({100 * len(self.skipped) / seen:.2g}%), more than "
+                f"dataset.max_skipped_fraction={self.max_skipped_fraction:g}; the first, row {first['row']}: {first['reason']}")

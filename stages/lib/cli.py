@@ -6,6 +6,7 @@ failure inside MaxText is reported by `maxtext.run` with the tail of its log.
 """
 
 import ctypes
+import json
 import os
 import signal
 import sys
@@ -40,6 +41,22 @@ def adopt_orphans() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
+STAGE_TIMES = os.path.join("logs", "stage_times.json")
+
+
+def record_time(stage: str, seconds: float) -> None:
+    """Each stage's duration in its last run, for tools/summary.py (a log, not a DVC output)."""
+    from stages.lib import outputs
+
+    try:
+        with open(STAGE_TIMES) as f:
+            times = json.load(f)
+    except (OSError, ValueError):
+        times = {}
+    times[stage] = round(seconds, 1)
+    outputs.write_json(STAGE_TIMES, times)
+
+
 def run(main, stage: str) -> None:
     """Runs a stage's main(), turning UserError into one line on stderr and exit code 2."""
     # If `dvc repro` is killed, stop too (and MaxText with us: maxtext.run forwards SIGTERM),
@@ -49,9 +66,15 @@ def run(main, stage: str) -> None:
     started = time.monotonic()
     try:
         main()
+        from stages.lib.params import record_keys_read
+
+        record_keys_read(stage)
         if os.environ.get("DVC_STAGE"):  # set by DVC for stage commands: time them in the repro log
-            # (bench/pipeline.py reads these); commands run by hand stay quiet.
-            print(f"{stage}: done in {time.monotonic() - started:.1f} s", flush=True)
+            # (bench/pipeline.py reads these) and in logs/ (tools/summary.py); commands run by
+            # hand stay quiet.
+            seconds = time.monotonic() - started
+            print(f"{stage}: done in {seconds:.1f} s", flush=True)
+            record_time(stage, seconds)
     except UserError as e:
         print(f"{stage}: error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
@@ -63,14 +86,3 @@ def run(main, stage: str) -> None:
         print(f"{stage}: interrupted{why}; nothing was written to its outputs. `dvc repro` runs it again"
               + (", resuming from the newest checkpoint" if stage == "train" else ""), file=sys.stderr, flush=True)
         sys.exit(130)
-
-
-def repo_root() -> str:
-    """The workspace root (where dvc.yaml lives); stages are run from it by DVC."""
-    here = os.path.abspath(os.getcwd())
-    while not os.path.exists(os.path.join(here, "dvc.yaml")):
-        parent = os.path.dirname(here)
-        if parent == here:
-            raise UserError("no dvc.yaml in this directory or above; run stages from the project root")
-        here = parent
-    return here

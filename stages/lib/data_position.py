@@ -4,7 +4,7 @@ Run by the train stage before resuming (through stages.lib.maxtext_main, for Max
 environment), on CPU, with as many simulated devices as the recipe's accelerator has:
 
     python -m stages.lib.maxtext_main stages.lib.data_position -- --steps 20 --report R.json \
-        -- <the MaxText SFT flags of the run being resumed>
+        [--streams host-000.jsonl host-001.jsonl] -- <sft.yml and the run's MaxText flags (stages/lib/flags.py)>
 
 MaxText's SFT (through Tunix's data hooks) restarts its input pipeline from the first row on
 resume instead of where it stopped. The train stage feeds MaxText an explicit data stream
@@ -12,11 +12,14 @@ resume instead of where it stopped. The train stage feeds MaxText an explicit da
 stream after the rows the first N steps packed. This replays MaxText's own pipeline (same
 tokenizer, template, packing, batch size) for those steps and counts the rows in them: each
 packed row numbers its conversations 1..n in `inputs_segmentation`.
+
+A job of several processes reads one stream per host (stages/lib/stream.py): each is replayed
+on its own, as that host's pipeline read it (one process, the host's devices), with
+`--streams` (one count per stream, in the report's "rows" list).
 """
 
 import argparse
 import json
-import os
 import sys
 
 
@@ -28,10 +31,7 @@ def packed_batches(maxtext_args: list[str]):
     from maxtext.configs import pyconfig
     from maxtext.input_pipeline import hf_data_processing
     from maxtext.utils import maxtext_utils
-    from maxtext.utils.globals import MAXTEXT_CONFIGS_DIR
-
-    config = pyconfig.initialize_pydantic(["data_position", os.path.join(MAXTEXT_CONFIGS_DIR, "post_train", "sft.yml"),
-                                           *maxtext_args])
+    config = pyconfig.initialize_pydantic(["data_position", *maxtext_args])
     mesh = maxtext_utils.get_mesh_from_config(config)
     batches = hf_data_processing.make_hf_train_iterator(config, mesh, [jax.process_index()])
     return config, (np.asarray(batch["inputs_segmentation"]) for batch in batches)
@@ -55,8 +55,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--report", required=True)
+    parser.add_argument("--streams", nargs="*", help="replay each of these in place of hf_train_files (one per host)")
     ours = parser.parse_args(sys.argv[1:split])
-    rows = consumed_rows(sys.argv[split + 1 :], ours.steps)
+    maxtext_args = sys.argv[split + 1 :]
+    if ours.streams:
+        replays = [[a for a in maxtext_args if not a.startswith("hf_train_files=")] + [f"hf_train_files={s}"] for s in ours.streams]
+        rows = [consumed_rows(args, ours.steps) for args in replays]
+    else:
+        rows = consumed_rows(maxtext_args, ours.steps)
     with open(ours.report, "w") as f:
         json.dump({"steps": ours.steps, "rows": rows}, f)
     print(f"data_position: the first {ours.steps} steps consumed {rows} rows", flush=True)

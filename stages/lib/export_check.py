@@ -2,13 +2,24 @@
 
 Run by convert_out (through stages.lib.maxtext_main, like MaxText's own entry points):
 
-    python -m stages.lib.maxtext_main stages.lib.export_check -- \
-        --export models/sft-hf --report R.json -- <MaxText flags incl. load_parameters_path>
+    python -m stages.lib.maxtext_main stages.lib.export_check -- --export models/sft-hf \
+        --base models/base-hf --report R.json --tie-margin 0.05 --dtype bfloat16 \
+        [--lora-base models/base-maxtext/0/items --lora-adapter models/sft-maxtext/lora] -- \
+        <MaxText config file and flags, load_parameters_path= the trained params: stages/lib/flags.py>
 
-It runs a few fixed chat prompts through MaxText (float32, from the Orbax parameters) and
-through `transformers` (float32, from the export) and writes, per prompt, the KL divergence
-of the export's next-token distribution from MaxText's, top-1 agreement, and the largest
-logit difference. convert_out compares these with params.yaml's thresholds.
+(convert_out runs it in the same process as the conversion: stages/lib/export_run.py.)
+
+Like is compared with like. The export holds the trained float32 weights rounded to its
+dtype, so the reference is MaxText running exactly those rounded weights (each trained
+tensor rounded as the export rounds it, in the model family's HF layout: gemma3.py's
+`export_rounding`), in float32, on a few fixed chat prompts; `transformers` runs the export,
+in float32, on the same prompts. An honest export then differs from its reference only by
+the two libraries' float32 arithmetic, whatever the model's size, so the gate can be tight:
+per prompt, the KL divergence of the export's next-token distributions from MaxText's, top-1
+agreement and the largest logit difference. Reported beside it, as information, is what
+rounding to the export dtype costs (MaxText on the trained weights against MaxText on the
+rounded ones). For a LoRA run the trained weights are the merge (stages/lib/merge_lora.py),
+which is itself checked against MaxText applying the adapter unmerged, float32 both.
 """
 
 import argparse
@@ -42,28 +53,38 @@ def prompt_token_ids(tokenizer, sliding_window: int) -> list[list[int]]:
         long += LONG_TEXT
 
 
-def maxtext_logits(maxtext_args: list[str], prompts: list[list[int]]) -> list[np.ndarray]:
+def maxtext_model(maxtext_args: list[str], prompts: list[list[int]], lora: tuple[str, str] | None = None):
+    """A MaxText model (float32 compute) for these flags, sized for the prompts; with `lora`
+    (base params, adapter), the base with the adapter applied as training applied it."""
     import jax
-    import jax.numpy as jnp
-    from maxtext.common.common_types import MODEL_MODE_TRAIN
     from maxtext.configs import pyconfig
     from maxtext.utils import model_creation_utils
 
     length = max(len(p) for p in prompts)
     n_dev = jax.device_count()
     batch = -(-len(prompts) // n_dev) * n_dev  # a whole number of rows per device
+    extra = [f"load_parameters_path={lora[0]}", "lora.enable_lora=true", f"lora.lora_restore_path={lora[1]}"] if lora else []
     config = pyconfig.initialize_pydantic(
-        ["export_check"] + maxtext_args
+        ["export_check"] + maxtext_args + extra
         + [f"max_target_length={length}", f"per_device_batch_size={batch // n_dev}", "dtype=float32", "run_name=export_check"]
     )
     model, mesh = model_creation_utils.from_pretrained(config)
-    if config.lora.enable_lora:  # base + adapter, as MaxText trained it (train_sft does the same)
+    if lora:  # as train_sft does it
         from flax.core.spmd import logical_axis_rules
         from maxtext.utils import lora_utils
 
         with jax.set_mesh(mesh), logical_axis_rules(config.logical_axis_rules):
             model = lora_utils.apply_lora_to_model(model, mesh, config)
             lora_utils.restore_lora_from_path(model, config)
+    return model, mesh, batch
+
+
+def logits(model, mesh, batch: int, prompts: list[list[int]]) -> list[np.ndarray]:
+    import jax
+    import jax.numpy as jnp
+    from maxtext.common.common_types import MODEL_MODE_TRAIN
+
+    length = max(len(p) for p in prompts)
     tokens = np.zeros((batch, length), np.int32)
     segments = np.zeros((batch, length), np.int32)
     for i, p in enumerate(prompts):
@@ -71,10 +92,31 @@ def maxtext_logits(maxtext_args: list[str], prompts: list[list[int]]) -> list[np
         segments[i, : len(p)] = 1
     positions = np.broadcast_to(np.arange(length, dtype=np.int32), (batch, length))
     with jax.set_mesh(mesh):
-        logits = model(jnp.asarray(tokens), jnp.asarray(positions), decoder_segment_ids=jnp.asarray(segments),
-                       enable_dropout=False, model_mode=MODEL_MODE_TRAIN)
-    logits = np.asarray(jax.device_get(logits), dtype=np.float32)
-    return [logits[i, : len(p)] for i, p in enumerate(prompts)]
+        out = model(jnp.asarray(tokens), jnp.asarray(positions), decoder_segment_ids=jnp.asarray(segments),
+                    enable_dropout=False, model_mode=MODEL_MODE_TRAIN)
+    out = np.asarray(jax.device_get(out), dtype=np.float32)
+    return [out[i, : len(p)] for i, p in enumerate(prompts)]
+
+
+def round_like_the_export(model, dtype: str, hf_config) -> int:
+    """Replaces every parameter with the value the export holds for it, read back into
+    MaxText's layout (gemma3.export_rounding); returns how many tensors changed."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from stages.lib import gemma3
+
+    state = nnx.state(model, nnx.Param)
+    changed = 0
+    for path, variable in nnx.to_flat_state(state):
+        names = tuple(str(k) for k in path)
+        value = np.asarray(variable.value, dtype=np.float32)
+        rounded = gemma3.export_rounding(names, value, dtype, hf_config)
+        if not np.array_equal(rounded, value):
+            changed += 1
+        variable.value = jnp.asarray(rounded, dtype=variable.value.dtype)
+    nnx.update(model, state)
+    return changed
 
 
 def transformers_logits(export_dir: str, prompts: list[list[int]]) -> list[np.ndarray]:
@@ -116,32 +158,98 @@ def compare(reference: np.ndarray, candidate: np.ndarray, tie_margin: float) -> 
     }
 
 
+def failures(report: dict, limits: dict) -> list[str]:
+    """What fails the export (empty: it passes): a config.json that is not the base's, and
+    convert_out.check's limits."""
+    return [f"config.json differs from the base's: {d}" for d in report["config_differences"]] + threshold_failures(report, limits)
+
+
+def threshold_failures(report: dict, limits: dict, what: str = "") -> list[str]:
+    """What in a report breaks convert_out.check's limits (empty: it passes): the export
+    against its reference and, for LoRA runs, the merge against the unmerged adapter."""
+    failures = []
+    if report["kl_max"] > limits["max_kl"]:
+        failures.append(f"{what}max KL {report['kl_max']:.3g} > {limits['max_kl']:g}")
+    if report["kl_mean"] > limits["max_mean_kl"]:
+        failures.append(f"{what}mean KL {report['kl_mean']:.3g} > {limits['max_mean_kl']:g}")
+    if report["top1_agreement"] < limits["min_top1_agreement"]:
+        failures.append(f"{what}top-1 agreement {report['top1_agreement']:.4f} < {limits['min_top1_agreement']:g}")
+    if "lora_merge" in report:
+        failures += threshold_failures(report["lora_merge"], limits, "LoRA merge: ")
+    return failures
+
+
+def metrics(report: dict, passed: bool) -> dict:
+    """The report as metrics/export_check.json: every figure under "export" (so that
+    `dvc metrics show` labels them export.kl_max, export.rounding.kl_max, ...), the lists
+    (per prompt, config differences) beside it, where DVC's tables do not spread them out."""
+    figures = {k: v for k, v in report.items() if k not in ("prompts", "config_differences")}
+    return {"export": {"passed": passed, **figures}, "prompts": report["prompts"],
+            "config_differences": report["config_differences"]}
+
+
+def summary(references: list[np.ndarray], candidates: list[np.ndarray], tie_margin: float) -> dict:
+    per_prompt = [compare(r, c, tie_margin) for r, c in zip(references, candidates)]
+    weights = [p["tokens"] for p in per_prompt]
+    return {
+        "prompts": per_prompt,
+        "kl_max": max(p["kl_max"] for p in per_prompt),
+        "kl_mean": float(np.average([p["kl_mean"] for p in per_prompt], weights=weights)),
+        "top1_agreement": float(np.average([p["top1_agreement"] for p in per_prompt], weights=weights)),
+        "max_abs_logit_diff": max(p["max_abs_logit_diff"] for p in per_prompt),
+    }
+
+
+def check(export_dir: str, base_dir: str, dtype: str, tie_margin: float, maxtext_args: list[str],
+          lora: tuple[str, str] | None = None) -> dict:
+    """The export check's report for an export (see the module docstring): the figures the
+    gate reads, the rounding's cost, the config fields that differ from the base's, and for
+    a LoRA run (`lora`: base params, adapter) the merge against the adapter unmerged."""
+    import transformers
+
+    from stages.lib import export
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(export_dir)
+    hf_config = transformers.AutoConfig.from_pretrained(export_dir)
+    prompts = prompt_token_ids(tokenizer, getattr(hf_config, "text_config", hf_config).sliding_window)
+    model, mesh, batch = maxtext_model(maxtext_args, prompts)
+    trained = logits(model, mesh, batch, prompts)
+    rounded_tensors = round_like_the_export(model, dtype, hf_config)
+    reference = logits(model, mesh, batch, prompts)
+    del model
+    report = summary(reference, transformers_logits(export_dir, prompts), tie_margin)
+    report["rounding"] = {"dtype": dtype, "tensors": rounded_tensors,
+                          **{k: v for k, v in summary(trained, reference, 0.0).items() if k != "prompts"}}
+    if lora:
+        unmerged = logits(*maxtext_model(maxtext_args, prompts, lora), prompts)
+        report["lora_merge"] = summary(unmerged, trained, tie_margin)
+    report["config_differences"] = export.config_differences(export_dir, base_dir)
+    return report
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--report", required=True)
+    parser.add_argument("--base", required=True, help="the base checkpoint, whose config.json the export's must equal")
+    parser.add_argument("--tie-margin", type=float, required=True)
+    parser.add_argument("--dtype", required=True, help="the export's dtype, which its weights were rounded to")
+    parser.add_argument("--lora-base", help="with --lora-adapter: also check the merge against the adapter unmerged")
+    parser.add_argument("--lora-adapter")
+
+
+def run(ours: argparse.Namespace, export_dir: str, maxtext_args: list[str]) -> None:
+    lora = (ours.lora_base, ours.lora_adapter) if ours.lora_adapter else None
+    report = check(export_dir, ours.base, ours.dtype, ours.tie_margin, maxtext_args, lora)
+    with open(ours.report, "w") as f:
+        json.dump(report, f, indent=2)
+
+
 def main() -> None:
     split = sys.argv.index("--")
     parser = argparse.ArgumentParser()
     parser.add_argument("--export", required=True)
-    parser.add_argument("--report", required=True)
-    parser.add_argument("--tie-margin", type=float, required=True)
+    add_arguments(parser)
     ours = parser.parse_args(sys.argv[1:split])
-
-    import transformers
-
-    tokenizer = transformers.AutoTokenizer.from_pretrained(ours.export)
-    config = transformers.AutoConfig.from_pretrained(ours.export)
-    text = getattr(config, "text_config", config)
-    prompts = prompt_token_ids(tokenizer, text.sliding_window)
-    reference = maxtext_logits(sys.argv[split + 1 :], prompts)
-    candidate = transformers_logits(ours.export, prompts)
-    per_prompt = [compare(r, c, ours.tie_margin) for r, c in zip(reference, candidate)]
-    report = {
-        "prompts": per_prompt,
-        "kl_max": max(p["kl_max"] for p in per_prompt),
-        "kl_mean": float(np.average([p["kl_mean"] for p in per_prompt], weights=[p["tokens"] for p in per_prompt])),
-        "top1_agreement": float(np.average([p["top1_agreement"] for p in per_prompt], weights=[p["tokens"] for p in per_prompt])),
-        "max_abs_logit_diff": max(p["max_abs_logit_diff"] for p in per_prompt),
-    }
-    with open(ours.report, "w") as f:
-        json.dump(report, f, indent=2)
+    run(ours, ours.export, sys.argv[split + 1 :])
 
 
 if __name__ == "__main__":

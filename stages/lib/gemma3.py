@@ -7,10 +7,14 @@ vocabulary or a config MaxText's table gets wrong (its gemma3-4b entry has exact
 and `rope_theta=10000`, while MaxText trains with tanh-GELU and 1e6) all convert faithfully.
 """
 
+import functools
+import hashlib
+import importlib.metadata
 import json
 import os
 import shutil
 import tempfile
+from types import SimpleNamespace
 
 from stages.lib.cli import UserError
 
@@ -110,12 +114,39 @@ def rename(name: str, src: dict, dst: dict) -> str:
     return name
 
 
-def text_config(model_dir: str):
-    """The checkpoint's text config, normalised by transformers (rope_parameters and all)."""
+# The text-config fields the flags and checks below read.
+ARCHITECTURE_FIELDS = ("hidden_activation", "query_pre_attn_scalar", "head_dim", "hidden_size", "num_attention_heads",
+                       "num_key_value_heads", "num_hidden_layers", "intermediate_size", "vocab_size", "sliding_window",
+                       "rms_norm_eps", "layer_types", "rope_parameters", "final_logit_softcapping", "attn_logit_softcapping")
+CONFIG_CACHE = os.path.join(".cache", "checkpoint-configs")
+
+
+def text_config(model_dir: str) -> SimpleNamespace:
+    """The checkpoint's text config as transformers normalises it (defaults filled in, rope
+    parameters in today's form), cached under .cache/ by the bytes of config.json and the
+    transformers version: loading it takes ~4 s (transformers imports torch for its rope
+    code) and every stage reads it."""
+    path = os.path.join(model_dir, "config.json")
+    read_config(model_dir)  # a missing or broken config.json fails here, with one line
+    with open(path, "rb") as f:
+        key = hashlib.sha256(f.read() + importlib.metadata.version("transformers").encode()).hexdigest()[:24]
+    cached = os.path.join(CONFIG_CACHE, f"{key}.json")
+    try:
+        with open(cached) as f:
+            return SimpleNamespace(**json.load(f))
+    except (OSError, json.JSONDecodeError):
+        pass
     import transformers
 
     config = transformers.AutoConfig.from_pretrained(model_dir)
-    return getattr(config, "text_config", config)
+    text = getattr(config, "text_config", config)
+    fields = json.loads(json.dumps({f: getattr(text, f, None) for f in ARCHITECTURE_FIELDS}))
+    os.makedirs(CONFIG_CACHE, exist_ok=True)
+    tmp = f"{cached}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(fields, f)
+    os.replace(tmp, cached)
+    return SimpleNamespace(**fields)
 
 
 def maxtext_model_args(model_dir: str, model_name: str) -> list[str]:
@@ -160,6 +191,30 @@ def maxtext_model_args(model_dir: str, model_name: str) -> list[str]:
     ]
 
 
+def export_rounding(path: tuple[str, ...], value, dtype: str, hf_config):
+    """The value a MaxText parameter (at `path` in the model's state) has once exported to
+    `dtype` and read back into MaxText's layout: the export check's reference computes with
+    exactly the export's weights. MaxText's Gemma 3 mapping (param_mapping's hooks) exports
+    the embedding divided by bf16(sqrt(hidden)) and every RMSNorm scale minus 1 (Gemma's 1+w);
+    the rest unchanged; then stages/lib/export.py rounds each tensor to `dtype` once."""
+    import ml_dtypes
+    import numpy as np
+
+    if dtype == "float32":
+        return value
+
+    def rounded(x):
+        return x.astype(ml_dtypes.bfloat16).astype(np.float32)
+
+    if path[-1] == "embedding" and "token_embedder" in path:
+        normalizer = np.float32(ml_dtypes.bfloat16(getattr(hf_config, "text_config", hf_config).hidden_size ** 0.5))
+        # XLA (to_huggingface runs on CPU) divides by a constant as a multiply by its reciprocal.
+        return rounded(value * (np.float32(1) / normalizer)) * normalizer
+    if path[-1] == "scale" and len(path) > 1 and path[-2].endswith("norm"):
+        return rounded(value - np.float32(1)) + np.float32(1)
+    return rounded(value)
+
+
 def maxtext_tokenizer_file() -> str:
     import maxtext
 
@@ -175,14 +230,24 @@ def gemma3_chat_template() -> str:
         return json.load(f)["chat_template"]
 
 
-def write_tokenizer(out_dir: str) -> None:
-    """The real Gemma 3 tokenizer (SentencePiece model shipped in the MaxText wheel) as HF files."""
+@functools.lru_cache(maxsize=1)
+def _tokenizer_files() -> dict[str, bytes]:
+    """The HF tokenizer files, built once per process (converting the SentencePiece model
+    takes seconds; they are the same bytes every time)."""
     import transformers
 
-    with tempfile.TemporaryDirectory() as spm_dir:
+    with tempfile.TemporaryDirectory() as spm_dir, tempfile.TemporaryDirectory() as out_dir:
         shutil.copy(maxtext_tokenizer_file(), os.path.join(spm_dir, "tokenizer.model"))
         tokenizer = transformers.GemmaTokenizer.from_pretrained(spm_dir)
         tokenizer.init_kwargs.pop("vocab_file", None)  # a temporary path: would make the files differ per build
-    tokenizer.chat_template = gemma3_chat_template()
-    tokenizer.save_pretrained(out_dir)
-    shutil.copy(maxtext_tokenizer_file(), os.path.join(out_dir, "tokenizer.model"))
+        tokenizer.chat_template = gemma3_chat_template()
+        tokenizer.save_pretrained(out_dir)
+        shutil.copy(maxtext_tokenizer_file(), os.path.join(out_dir, "tokenizer.model"))
+        return {name: open(os.path.join(out_dir, name), "rb").read() for name in sorted(os.listdir(out_dir))}
+
+
+def write_tokenizer(out_dir: str) -> None:
+    """The real Gemma 3 tokenizer (SentencePiece model shipped in the MaxText wheel) as HF files."""
+    for name, content in _tokenizer_files().items():
+        with open(os.path.join(out_dir, name), "wb") as f:
+            f.write(content)

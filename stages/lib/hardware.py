@@ -18,19 +18,43 @@ from stages.lib.cli import UserError
 @dataclass(frozen=True)
 class Accelerator:
     chips: int
+    hosts: int  # VMs of the slice, each running one process of the training job
     hbm_gib_per_chip: float  # for the fit check's headroom
     peak_bf16_tflops_per_chip: float  # for MFU
     topology: str  # what MaxText's ahead-of-time compile takes as compile_topology
 
+    @property
+    def chips_per_host(self) -> int:
+        return self.chips // self.hosts
 
-# Cloud TPU single-host slices. Add a row to support another kind (and its tpu_env values).
+
+# Cloud TPU slices: v6e-8 is one VM of 8 chips (the tutorial's ct6e-standard-8t); larger v6e
+# slices are VMs of 4 chips; a v5p VM has 4 chips (v5p-N counts TensorCores, two per chip).
+# Add a row to support another kind (single-host kinds also need their tpu_env values).
 TPUS = {
-    "v6e-8": Accelerator(chips=8, hbm_gib_per_chip=32, peak_bf16_tflops_per_chip=918, topology="v6e-8"),
+    "v6e-8": Accelerator(chips=8, hosts=1, hbm_gib_per_chip=32, peak_bf16_tflops_per_chip=918, topology="v6e-8"),
+    "v6e-16": Accelerator(chips=16, hosts=4, hbm_gib_per_chip=32, peak_bf16_tflops_per_chip=918, topology="v6e-16"),
+    "v6e-32": Accelerator(chips=32, hosts=8, hbm_gib_per_chip=32, peak_bf16_tflops_per_chip=918, topology="v6e-32"),
+    "v6e-64": Accelerator(chips=64, hosts=16, hbm_gib_per_chip=32, peak_bf16_tflops_per_chip=918, topology="v6e-64"),
+    "v5p-16": Accelerator(chips=8, hosts=2, hbm_gib_per_chip=95, peak_bf16_tflops_per_chip=459, topology="v5p-16"),
+    "v5p-32": Accelerator(chips=16, hosts=4, hbm_gib_per_chip=95, peak_bf16_tflops_per_chip=459, topology="v5p-32"),
 }
 KINDS = ("cpu", *TPUS)
 TPU_ENV_KEYS = ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID", "TPU_NAME", "TPU_SKIP_MDS_QUERY",
                 "TPU_WORKER_HOSTNAMES", "TPU_TOPOLOGY", "TPU_CHIPS_PER_HOST_BOUNDS", "TPU_HOST_BOUNDS")
-TINY_HINT = "to run the pipeline on this machine's CPU use the tiny recipe: python -m stages.recipe tiny && dvc repro"
+TINY_HINT = "to run the pipeline on this machine's CPU use the tiny recipe: python -m tools.recipe tiny && dvc repro"
+
+
+def devices_per_host(params: dict) -> int:
+    """Accelerator devices each host (each process of the job) drives: a TPU host's chips, or
+    the one CPU device of each process of a CPU run."""
+    tpu = TPUS.get(params["hardware"]["kind"])
+    return tpu.chips_per_host if tpu else 1
+
+
+def hosts(params: dict) -> int:
+    """Processes of the training job: one per TPU host, or hardware.hosts on a CPU."""
+    return params["hardware"]["hosts"]
 
 
 def tpu_chips_present() -> int:
@@ -41,9 +65,9 @@ def tpu_chips_present() -> int:
 def check_present(params: dict) -> None:
     """Fails at once when the recipe's accelerator is not on this machine."""
     kind = params["hardware"]["kind"]
-    if kind == "cpu" or not params["runtime"]["check_hardware"]:
-        return
-    want, have = TPUS[kind].chips, tpu_chips_present()
+    if kind == "cpu" or not params["runtime"]["check_hardware"] or params["runtime"]["launcher"] == "xpk":
+        return  # (with xpk the TPUs are the GKE cluster's, not this machine's)
+    want, have = TPUS[kind].chips_per_host, tpu_chips_present()
     if have == 0:
         raise UserError(f"hardware.kind is {kind} but this machine has no TPU (no /dev/accel* or /dev/vfio/*); {TINY_HINT}")
     if have < want:
@@ -98,3 +122,19 @@ def check_output_disk(out_path: str, need_bytes: float, what: str) -> None:
     check_free_disk(out_path, need_bytes, what)
     if not same_filesystem(dvc_cache_dir(), out_path):
         check_free_disk(dvc_cache_dir(), need_bytes, f"{what} (DVC cache copy)")
+
+
+# Per trained parameter in a checkpoint: float32 weights + Adam's two float32 moments. A LoRA
+# checkpoint holds only the adapter: a few percent of the model at any sensible rank.
+CHECKPOINT_BYTES_PER_PARAM = 12
+LORA_CHECKPOINT_FRACTION = 0.05
+
+
+def check_training_disk(params: dict, work_url: str, n_params: int, trained_out: str, lora: bool) -> None:
+    """Disk for the train stage: the kept checkpoints plus the one being written, in MaxText's
+    working directory, and the final float32 params in `trained_out` unless they can be linked."""
+    keep = params["runtime"]["keep_checkpoints"]
+    per_checkpoint = CHECKPOINT_BYTES_PER_PARAM * n_params * (LORA_CHECKPOINT_FRACTION if lora else 1)
+    check_free_disk(work_url, (keep + 1) * per_checkpoint, "MaxText's training checkpoints")
+    if not same_filesystem(work_url, trained_out):
+        check_output_disk(trained_out, 4 * n_params, "the trained parameters")  # copied, not linked

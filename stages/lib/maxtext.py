@@ -1,8 +1,9 @@
 """Launching MaxText's entry points: one child process each, offline, logged, watched.
 
-A stage calls `run(...)`; the child is `python -m stages.lib.maxtext_main <module> ...`
-(see there for why). Its full output goes to logs/<stage>.log; the terminal gets a short
-progress line now and then, and on failure the last lines of the log.
+A stage builds an `Invocation` (stages/lib/flags.py) and calls `run(stage, invocation,
+params)`; the child is `python -m stages.lib.maxtext_main <module> ...` (see there for why).
+Its full output goes to logs/<stage>.log; the terminal gets a short progress line now and
+then, and on failure the last lines of the log.
 """
 
 import collections
@@ -13,15 +14,16 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import psutil
 
-from stages.lib import gemma3, hardware
+from stages.lib import hardware
 from stages.lib.cli import Interrupted, StageFailed, die_with_parent
+from stages.lib.flags import Invocation
 
 LOG_DIR = "logs"
-JAX_CACHE_DIR = os.path.join(".cache", "jax")
 # Environment variables that may hold credentials. MaxText never needs them: every input it
 # reads is a local file the pipeline already fetched, so they are withheld from its process.
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ACCESS_TOKEN")
@@ -50,109 +52,108 @@ def child_env(params: dict) -> dict:
     return env
 
 
-def flag(value: bool) -> str:
-    """A boolean as MaxText's command line spells it."""
-    return str(value).lower()
-
-
-def common_args(params: dict, base_hf_dir: str) -> list[str]:
-    """Flags every entry point gets: the base checkpoint's architecture, hardware, caches."""
-    args = gemma3.maxtext_model_args(base_hf_dir, params["model"]["maxtext_name"])
-    args += [f"scan_layers={flag(params['model']['scan_layers'])}", f"jax_cache_dir={os.path.abspath(JAX_CACHE_DIR)}"]
-    if params["hardware"]["kind"] == "cpu":
-        args += ["hardware=cpu", "skip_jax_distributed_system=true"]
-    return args
-
-
-def lora_args(params: dict) -> list[str]:
-    """MaxText's LoRA flags for train.lora (none when it is off)."""
-    lora = params["train"]["lora"]
-    if not lora["enabled"]:
-        return []
-    args = ["lora.enable_lora=true", f"lora.lora_rank={lora['rank']}", f"lora.lora_alpha={float(lora['alpha'])}"]
-    return args + ([f"lora.lora_module_path={lora['module_path']}"] if lora["module_path"] else [])
-
-
-def command(module: str, args: list[str], hf_config: str | None = None, hf_layout: str | None = None) -> list[str]:
+def command(invocation: Invocation) -> list[str]:
     """The child's command line: MaxText's module under stages.lib.maxtext_main."""
-    cmd = [sys.executable, "-m", "stages.lib.maxtext_main", module]
-    if hf_config:
-        cmd += ["--hf-config", hf_config]
-    if hf_layout:
-        cmd += ["--hf-layout", hf_layout]
-    return cmd + ["--"] + args
+    cmd = [sys.executable, "-m", "stages.lib.maxtext_main", invocation.module]
+    if invocation.hf_config:
+        cmd += ["--hf-config", invocation.hf_config]
+    if invocation.hf_layout:
+        cmd += ["--hf-layout", invocation.hf_layout]
+    return cmd + ["--"] + invocation.args
 
 
-def dry_run(stage: str, module: str, args: list[str], params: dict, hf_config: str | None = None,
-            hf_layout: str | None = None) -> None:
+def dry_run(stage: str, invocation: Invocation, params: dict) -> None:
     """Prints the exact command a stage would run and has MaxText validate its configuration."""
-    print(f"{stage}: would run:\n  " + " \\\n    ".join(command(module, args, hf_config, hf_layout)), flush=True)
-    check = [sys.executable, "-m", "stages.lib.maxtext_main", module, "--validate-only", "--", *args]
+    print(f"{stage}: would run:\n  " + " \\\n    ".join(command(invocation)), flush=True)
+    check = [sys.executable, "-m", "stages.lib.maxtext_main", invocation.module, "--validate-only", "--", *invocation.args]
     # Validation only: on any machine, without touching an accelerator.
-    proc = subprocess.run(check, env={**child_env(params), "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True)
+    proc = subprocess.run(check, env={**child_env(params), **invocation.env, "JAX_PLATFORMS": "cpu"},
+                          capture_output=True, text=True)
     if proc.returncode != 0:
         raise StageFailed(f"MaxText rejected the configuration:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
     print(f"{stage}: {proc.stdout.strip().splitlines()[-1]}", flush=True)
 
 
-def run(
-    stage: str,
-    module: str,
-    args: list[str],
-    params: dict,
-    hf_config: str | None = None,
-    hf_layout: str | None = None,
-    progress: Callable[[], str | None] | None = None,
-    progress_every: float = 2.0,
-    extra_env: dict[str, str] | None = None,
-) -> str:
-    """Runs `python -m module args` with the checkpoint's HF config in MaxText's table.
+@dataclass(frozen=True)
+class Worker:
+    """One process of a job: the command that starts it here (MaxText itself, or `gcloud ...
+    ssh` that runs MaxText on a TPU worker), its environment, and its log."""
 
-    `progress` is polled while it runs; each new string it returns is printed. Returns the
-    log path. Raises MaxTextFailed if MaxText exits non-zero.
+    name: str  # "worker 1 of 2", for messages
+    command: list[str]
+    env: dict[str, str]
+    log_path: str
+
+
+def run(stage: str, invocation: Invocation, params: dict, progress: Callable[[], str | None] | None = None,
+        progress_every: float = 2.0) -> str:
+    """Runs the invocation as one child process of this machine and waits for it.
+
+    `progress` is polled every `progress_every` seconds while it runs; a string it returns
+    is printed when it differs from the last one printed. Returns the log path. Raises
+    MaxTextFailed if the child exits non-zero, Interrupted if a signal stopped it.
     """
-    os.makedirs(LOG_DIR, exist_ok=True)
-    os.makedirs(JAX_CACHE_DIR, exist_ok=True)
     log_path = os.path.join(LOG_DIR, f"{stage}.log")
-    cmd = command(module, args, hf_config, hf_layout)
+    worker = Worker("MaxText", command(invocation), {**child_env(params), **invocation.env}, log_path)
+    run_workers(stage, invocation.module, [worker], progress, progress_every)
+    return log_path
+
+
+def run_workers(stage: str, module: str, workers: list[Worker], progress: Callable[[], str | None] | None = None,
+                progress_every: float = 2.0) -> None:
+    """Runs the workers of one job side by side and waits for all of them. The first to fail
+    stops the others at once (in a multi-controller job they would wait forever for it) and
+    the error names it."""
+    os.makedirs(LOG_DIR, exist_ok=True)
     verbose = os.environ.get("PIPELINE_VERBOSE") == "1"
-    print(f"{stage}: running {module} (log: {log_path})", flush=True)
+    logs = ", ".join(w.log_path for w in workers)
+    print(f"{stage}: running {module}" + (f" on {len(workers)} workers" if len(workers) > 1 else "") + f" (log: {logs})",
+          flush=True)
     started = time.monotonic()
-    with open(log_path, "w") as log:
-        log.write(" ".join(cmd) + "\n\n")
-        log.flush()
-        child = subprocess.Popen(
-            cmd, env={**child_env(params), **(extra_env or {})}, stdout=None if verbose else log, stderr=subprocess.STDOUT if not verbose else None,
-            # If the stage is SIGKILLed, take MaxText down with it instead of leaving it training.
-            preexec_fn=lambda: die_with_parent(signal.SIGKILL),
-        )
+    children = []
+    with contextlib.ExitStack() as files:
+        for worker in workers:
+            log = files.enter_context(open(worker.log_path, "w"))
+            log.write(" ".join(worker.command) + "\n\n")
+            log.flush()
+            children.append(subprocess.Popen(
+                worker.command, env=worker.env, stdout=None if verbose else log, stderr=None if verbose else subprocess.STDOUT,
+                # If the stage is SIGKILLed, take MaxText down with it instead of leaving it training.
+                preexec_fn=lambda: die_with_parent(signal.SIGKILL),
+            ))
         # Forward SIGTERM so `kill <stage>` stops MaxText too (SIGINT reaches it via the group).
         previous = signal.signal(signal.SIGTERM, lambda *_: signal_tree(signal.SIGTERM))
+        failed = None
         try:
-            last, last_at = None, 0.0
-            while child.poll() is None:
-                time.sleep(progress_every if progress else 1.0)
-                line = progress() if progress else None
-                if line and line != last and time.monotonic() - last_at >= progress_every:
+            last = None
+            while failed is None and any(c.poll() is None for c in children):
+                try:  # returns the moment the child exits: no stage idles after MaxText is done
+                    next(c for c in children if c.poll() is None).wait(timeout=progress_every)
+                except subprocess.TimeoutExpired:
+                    pass
+                failed = next((w for w, c in zip(workers, children) if c.poll() not in (None, 0)), None)
+                line = progress() if progress and failed is None else None
+                if line and line != last:
                     print(f"{stage}: {line}", flush=True)
-                    last, last_at = line, time.monotonic()
+                    last = line
         finally:
             signal.signal(signal.SIGTERM, previous)
-            if child.poll() is None:
-                child.kill()
-                child.wait()
+            for child in children:
+                if child.poll() is None:
+                    child.kill()
+                    child.wait()
             stop_descendants()  # MaxText's data workers outlive a killed MaxText
-    if child.returncode in (-signal.SIGTERM, -signal.SIGINT):
-        raise Interrupted(f"{module} stopped by {signal.Signals(-child.returncode).name} after {time.monotonic() - started:.0f} s")
-    if child.returncode != 0:
-        tail = _tail(log_path, 25)
-        raise MaxTextFailed(
-            f"{module} failed (exit {child.returncode}) after {time.monotonic() - started:.0f} s. "
-            f"Last lines of {log_path}:\n{tail}",
-            log_path,
-        )
-    print(f"{stage}: {module} done in {time.monotonic() - started:.1f} s", flush=True)
-    return log_path
+    elapsed = time.monotonic() - started
+    if failed is not None:
+        code = children[workers.index(failed)].returncode
+        if code in (-signal.SIGTERM, -signal.SIGINT):
+            raise Interrupted(f"{module} stopped by {signal.Signals(-code).name} after {elapsed:.0f} s")
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"failed (exit {code})"
+        who = f"{module} on {failed.name}" if len(workers) > 1 else module
+        rest = "; the other workers were stopped" if len(workers) > 1 else ""
+        raise MaxTextFailed(f"{who} {how} after {elapsed:.0f} s{rest}. Last lines of {failed.log_path}:\n"
+                            f"{_tail(failed.log_path, 25)}", failed.log_path)
+    print(f"{stage}: {module} done in {elapsed:.1f} s", flush=True)
 
 
 def signal_tree(sig: int) -> None:
@@ -182,8 +183,10 @@ def _tail(path: str, n: int) -> str:
     return "\n".join("    " + ln for ln in lines)
 
 
-def log_progress(log_path: str, label: str) -> Callable[[], str | None]:
-    """A progress poller reporting the last tqdm percentage ("NN%|") MaxText wrote to its log."""
+def log_progress(stage: str, label: str) -> Callable[[], str | None]:
+    """A progress poller reporting the last tqdm percentage ("NN%|") MaxText wrote to the
+    stage's log, in steps of 25%."""
+    log_path = os.path.join(LOG_DIR, f"{stage}.log")
 
     def poll() -> str | None:
         try:
@@ -193,6 +196,6 @@ def log_progress(log_path: str, label: str) -> Callable[[], str | None]:
         except OSError:
             return None
         found = re.findall(r"(\d+)%\|", chunk)
-        return f"{label} {found[-1]}%" if found else None
+        return f"{label} {int(found[-1]) // 25 * 25}%" if found else None
 
     return poll

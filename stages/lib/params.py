@@ -1,4 +1,4 @@
-"""params.yaml: loading and validation against the schema below.
+"""params.yaml: the schema every recipe follows, and loading it with one-line errors.
 
 Every stage validates the whole file before doing anything, so a typo anywhere fails in the
 first second with one line, e.g.
@@ -6,17 +6,18 @@ first second with one line, e.g.
     params.yaml: train.setps: unknown key (did you mean train.steps?)
     params.yaml: train.steps: expected an integer >= 1, got -5
 
-`python -m stages.validate` runs the same check by hand.
+The schema is pydantic models with unknown keys forbidden and no type coercion (YAML's
+`true` is a bool, `"true"` is not). `python -m tools.validate` runs the same check by hand;
+`python -m tools.schema` writes params.schema.json, the JSON Schema editors use to complete
+and check params.yaml (.vscode/settings.json points VS Code's YAML extension at it).
 """
 
 import difflib
-import math
 import os
-import re
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Annotated, Any, Literal, Optional
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stages.lib import hardware
 from stages.lib.cli import UserError
@@ -24,172 +25,249 @@ from stages.lib.cli import UserError
 PARAMS_FILE = "params.yaml"
 
 
-@dataclass(frozen=True)
-class Field:
-    """One leaf of the schema: what it must be, said the way the error message says it."""
-
-    expect: str
-    ok: Callable[[Any], bool]
-    nullable: bool = False
-
-    def check(self, value) -> bool:
-        return (value is None and self.nullable) or (value is not None and self.ok(value))
+# Leaf types. Each carries `expect`, the phrase an error message uses for what was wanted.
+def _leaf(python_type, expect: str, nullable: bool, doc: str, **constraints):
+    expect += " or null" if nullable else ""
+    field = Field(description=doc or None, json_schema_extra={"expect": expect}, **constraints)
+    return Annotated[Optional[python_type] if nullable else python_type, field]
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+INT_MAX = 2**31 - 1  # MaxText and JAX count steps, batches and lengths in int32
 
 
-def _is_num(v) -> bool:
-    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
+def Int(ge: int = 0, nullable: bool = False, doc: str = ""):
+    return _leaf(int, f"an integer >= {ge}", nullable, doc, ge=ge, le=INT_MAX)
 
 
-def Int(min: int = 0, nullable: bool = False) -> Field:
-    return Field(f"an integer >= {min}" + (" or null" if nullable else ""), lambda v: _is_int(v) and v >= min, nullable)
+def Num(gt: float | None = None, ge: float | None = None, le: float | None = None, lt: float | None = None, doc: str = ""):
+    bounds = [f"{op} {v}" for op, v in ((">", gt), (">=", ge), ("<=", le), ("<", lt)) if v is not None]
+    return _leaf(float, "a number " + " and ".join(bounds), False, doc, gt=gt, ge=ge, le=le, lt=lt, allow_inf_nan=False)
 
 
-def Num(gt: float | None = None, ge: float | None = None, le: float | None = None, lt: float | None = None) -> Field:
-    bounds = [f"> {gt}" if gt is not None else "", f">= {ge}" if ge is not None else "",
-              f"<= {le}" if le is not None else "", f"< {lt}" if lt is not None else ""]
-    return Field(
-        "a number " + " and ".join(b for b in bounds if b),
-        lambda v: _is_num(v)
-        and (gt is None or v > gt) and (ge is None or v >= ge) and (le is None or v <= le) and (lt is None or v < lt),
-    )
+def Bool(doc: str = ""):
+    return _leaf(bool, "true or false", False, doc)
 
 
-def Bool() -> Field:
-    return Field("true or false", lambda v: isinstance(v, bool))
+def Choice(*options: str, doc: str = ""):
+    return _leaf(Literal[options], "one of " + ", ".join(options), False, doc)
 
 
-def Choice(*options: str) -> Field:
-    return Field("one of " + ", ".join(options), lambda v: v in options)
+NON_EMPTY = r"[\s\S]*\S[\s\S]*"  # ([\s\S]: any character, newlines too, in every regex dialect)
 
 
-def Str(pattern: str = r".+", expect: str = "a non-empty string", nullable: bool = False) -> Field:
-    return Field(expect, lambda v: isinstance(v, str) and re.fullmatch(pattern, v, re.S) is not None, nullable)
+def Str(pattern: str = NON_EMPTY, expect: str = "a non-empty string", nullable: bool = False, doc: str = ""):
+    # Anchored: JSON Schema (and pydantic) patterns match anywhere in the string otherwise.
+    return _leaf(str, expect, nullable, doc, pattern=f"^{pattern}$")
 
 
-def StrList() -> Field:
-    return Field("a non-empty list of non-empty strings",
-                 lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, str) and x.strip() for x in v))
-
-
-# Source-specific keys are null when the other source is chosen; _check_consistency says which.
-HF_REPO = Str(r"[\w.-]+/[\w.-]+", "a Hugging Face repo id like owner/name", nullable=True)
+HfRepo = Str(r"[\w.-]+/[\w.-]+", "a Hugging Face repo id like owner/name", nullable=True)
 # A tag or branch can move under you; a commit hash cannot. Hub sources must name one.
-REVISION = Str(r"[0-9a-f]{40}", "a 40-character commit hash (a branch or tag can change under you)", nullable=True)
-DTYPE = Choice("bfloat16", "float32")
-
-SCHEMA: dict = {
-    "base_model": {
-        "source": Choice("tiny", "hub"),
-        "repo_id": HF_REPO,
-        "revision": REVISION,
-        "tiny_seed": Int(0, nullable=True),
-    },
-    "dataset": {
-        "source": Choice("local", "hub"),
-        "local_dir": Str(r"[^/].*", "a directory relative to the project root", nullable=True),
-        "repo_id": HF_REPO,
-        "revision": REVISION,
-        "train_split": Str(),
-        "eval_split": Str(),
-        "column": Str(),
-        "max_train_rows": Int(1, nullable=True),
-        "max_eval_rows": Int(1, nullable=True),
-    },
-    "model": {
-        "maxtext_name": Choice("gemma3-4b", "gemma3-12b", "gemma3-27b"),
-        "scan_layers": Bool(),
-        "checkpoint_ocdbt": Bool(),
-        "checkpoint_zarr3": Bool(),
-    },
-    "convert_in": {
-        "save_dtype": DTYPE,
-    },
-    "train": {
-        "steps": Int(1),
-        "per_device_batch_size": Int(1),
-        "gradient_accumulation_steps": Int(1),
-        "max_target_length": Int(16),
-        "learning_rate": Num(gt=0, lt=1),
-        "warmup_steps_fraction": Num(ge=0, lt=1),
-        "packing": Bool(),
-        "completion_only_loss": Bool(),
-        "num_epochs": Int(1),
-        "checkpoint_period": Int(1),
-        "eval_interval": Int(0),
-        "seed": Int(0),
-        "lora": {
-            "enabled": Bool(),
-            "rank": Int(1),
-            "alpha": Num(gt=0),
-            "module_path": Str(r".*", "a regex of MaxText module paths, or \"\" for MaxText's default for the model"),
-        },
-    },
-    "convert_out": {
-        "dtype": DTYPE,
-        "shard_size_mb": Int(1),
-        "check": {
-            "max_kl": Num(gt=0),
-            "max_mean_kl": Num(gt=0),
-            "min_top1_agreement": Num(ge=0, le=1),
-            "tie_margin": Num(ge=0),
-        },
-    },
-    "evaluate": {
-        "prompts": StrList(),
-        "max_new_tokens": Int(1),
-    },
-    "hardware": {
-        "kind": Choice(*hardware.KINDS),
-        # The TPU runtime environment MaxText gets (null for cpu); see _check_consistency.
-        "tpu_env": Field("a mapping of TPU_* variables to strings, or null", lambda v: isinstance(v, dict), nullable=True),
-    },
-    # How to run, not what to compute: no stage declares these, so changing them never
-    # re-runs anything.
-    "runtime": {
-        "scratch_dir": Str(expect="a directory for MaxText's working files (local path, /dev/shm/..., or gs://...)"),
-        "keep_scratch": Bool(),
-        "keep_checkpoints": Int(1),
-        "check_hardware": Bool(),
-    },
-}
+Revision = Str(r"[0-9a-f]{40}", "a 40-character commit hash (a branch or tag can change under you)", nullable=True)
+Dtype = Choice("bfloat16", "float32")
 
 
-def _leaf_paths(schema: dict, prefix: str = "") -> list[str]:
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class BaseModelParams(Section):
+    source: Choice("tiny", "hub", doc="tiny: built offline from tiny_seed; hub: repo_id at revision")
+    repo_id: HfRepo
+    revision: Revision
+    tiny_seed: Int(0, nullable=True)
+
+
+class DatasetParams(Section):
+    source: Choice("local", "hub", doc="local: <local_dir>/<split>.jsonl; hub: repo_id at revision")
+    local_dir: Str(r"[^/][\s\S]*", "a directory relative to the project root", nullable=True)
+    repo_id: HfRepo
+    revision: Revision
+    train_split: Str()
+    eval_split: Str()
+    format: Choice("messages", "sharegpt", "prompt_completion",
+                   doc="messages: {role, content} lists (UltraChat); sharegpt: {from, value} lists; prompt_completion: "
+                       "'prompt' and 'completion' strings (stages/lib/chat.py)")
+    column: Str(nullable=True, doc="the column holding each conversation (messages, sharegpt); null for prompt_completion")
+    max_train_rows: Int(1, nullable=True, doc="null: every row")
+    max_eval_rows: Int(1, nullable=True, doc="held-out rows kept for evaluation; null: every row")
+    on_bad_row: Choice("stop", "skip", doc="stop: the first bad row stops the stage; skip: it is left out and "
+                                           "listed in data/chat/skipped.jsonl")
+    max_skipped_fraction: Num(ge=0, le=1, doc="with skip: the stage fails if more of a split than this is bad")
+
+
+class ModelParams(Section):
+    maxtext_name: Choice("gemma3-4b", "gemma3-12b", "gemma3-27b",
+                         doc="MaxText's architecture family; the dimensions come from the checkpoint")
+    scan_layers: Bool()
+    checkpoint_ocdbt: Bool()
+    checkpoint_zarr3: Bool()
+
+
+class ConvertInParams(Section):
+    save_dtype: Dtype
+
+
+class LoraParams(Section):
+    enabled: Bool(doc="LoRA instead of full fine-tuning (merged into full weights before export)")
+    rank: Int(1)
+    alpha: Num(gt=0)
+    module_path: Str(r"[\s\S]*", "a regex of MaxText module paths, or \"\" for MaxText's default for the model")
+
+
+class TrainParams(Section):
+    steps: Int(1)
+    per_device_batch_size: Int(1)
+    gradient_accumulation_steps: Int(1)
+    max_target_length: Int(16, doc="tokens per packed row")
+    learning_rate: Num(gt=0, lt=1)
+    warmup_steps_fraction: Num(ge=0, lt=1)
+    packing: Bool()
+    pack_window: Int(0, doc="with packing: rows of the shuffled order arranged at a time so that MaxText's packer "
+                     "fills its rows (stages/lib/stream.py; a row moves at most about this far); 0: as shuffled")
+    completion_only_loss: Bool(doc="train on the assistant's turns only")
+    num_epochs: Int(1)
+    checkpoint_period: Int(1, doc="steps between checkpoints: what a preemption can lose at most")
+    eval_interval: Int(0, doc="held-out loss every N steps; 0: never")
+    seed: Int(0, doc="data order and initialisation of new weights")
+    lora: LoraParams
+
+
+class ExportCheckParams(Section):
+    max_kl: Num(gt=0)
+    max_mean_kl: Num(gt=0)
+    min_top1_agreement: Num(ge=0, le=1)
+    tie_margin: Num(ge=0)
+
+
+class ConvertOutParams(Section):
+    dtype: Dtype
+    shard_size_mb: Int(1, doc="safetensors shard size: remote transfers run in parallel per file")
+    check: ExportCheckParams
+
+
+class EvaluateParams(Section):
+    prompts: _leaf(Annotated[list[Annotated[str, Field(pattern=f"^{NON_EMPTY}$")]], Field(min_length=1)],
+                   "a non-empty list of non-empty strings", False, "greedy answers of both models: eval/generations.md")
+    max_new_tokens: Int(1)
+
+
+class HardwareParams(Section):
+    kind: Choice(*hardware.KINDS)
+    hosts: Int(1, doc="processes of the training job: a TPU kind's hosts (v6e-16: 4); on cpu, processes on this "
+                      "machine forming one multi-controller job (how the tests prove a multi-host run)")
+    tpu_env: _leaf(dict[str, str], "a mapping of TPU_* variables to strings", True,
+                   "the TPU runtime variables MaxText gets (single-host TPU kinds; null for cpu and multi-host slices)")
+
+
+class SliceParams(Section):
+    name: Str(nullable=True, doc="the TPU VM slice every worker of which runs the training (runtime.launcher slice)")
+    zone: Str(nullable=True)
+    project: Str(nullable=True)
+
+
+class XpkParams(Section):
+    cluster: Str(nullable=True, doc="the GKE cluster (xpk cluster create) the workload runs on (runtime.launcher xpk)")
+    docker_image: Str(nullable=True, doc="the workload's image, built from the repository's Dockerfile")
+    project: Str(nullable=True)
+    zone: Str(nullable=True)
+
+
+class RuntimeParams(Section):
+    """How to run, not what to compute: no stage declares these in dvc.yaml, so changing them
+    never re-runs anything."""
+
+    scratch_dir: Str(expect="a directory for MaxText's working files (local path, /dev/shm/..., or gs://...)")
+    keep_scratch: Bool(doc="keep MaxText's working directory after a successful run")
+    keep_checkpoints: Int(1, doc="intermediate checkpoints kept while training; older ones are pruned")
+    check_hardware: Bool(doc="stop at once when hardware.kind is not on this machine")
+    compile_cache_dir: Str(expect="a directory for JAX's compilation cache (local path, ~/..., or gs://...)",
+                           doc="compiled programs, reused by every run with the same program")
+    profile_steps: Int(0, doc="MaxText's profiler (xplane) for this many training steps, trace in logs/profile/; 0: off")
+    profile_skip_steps: Int(0, doc="steps trained before the profile starts (the first one compiles)")
+    launcher: Choice("local", "slice", "xpk", doc="where the train stage's job runs: local, this machine (hardware.hosts "
+                     "processes); slice, every worker of runtime.slice over gcloud ssh; xpk, an XPK workload on runtime.xpk")
+    slice: SliceParams
+    xpk: XpkParams
+    data_workers: _leaf(Literal[0, 1], "0 or 1", False,
+                        "grain processes feeding MaxText: 1, a worker of its own; 0, in the training process (saves "
+                        "~10 s per start and evaluation; only with train.eval_interval 0)")
+
+
+class Params(Section):
+    base_model: BaseModelParams
+    dataset: DatasetParams
+    model: ModelParams
+    convert_in: ConvertInParams
+    train: TrainParams
+    convert_out: ConvertOutParams
+    evaluate: EvaluateParams
+    hardware: HardwareParams
+    runtime: RuntimeParams
+
+
+def leaf_paths(model: type[BaseModel] = Params, prefix: str = "") -> list[str]:
+    """Every key of the schema, dotted (train.lora.rank), sections included."""
     out = []
-    for key, sub in schema.items():
-        out += _leaf_paths(sub, f"{prefix}{key}.") if isinstance(sub, dict) else [prefix + key]
+    for name, field in model.model_fields.items():
+        out.append(prefix + name)
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            out += leaf_paths(field.annotation, f"{prefix}{name}.")
     return out
 
 
-def _check(node, schema: dict, prefix: str, where: str) -> None:
-    if not isinstance(node, dict):
-        raise UserError(f"{where}: {prefix.rstrip('.') or 'top level'}: expected a mapping of keys, got {node!r}")
-    for key in node:
-        if key not in schema:
-            name = prefix + str(key)
-            close = difflib.get_close_matches(name, _leaf_paths(SCHEMA) + list(SCHEMA), n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise UserError(f"{where}: {name}: unknown key{hint}")
-    for key, sub in schema.items():
-        name = prefix + key
-        if key not in node:
-            expect = "a section" if isinstance(sub, dict) else sub.expect
-            raise UserError(f"{where}: {name}: missing (expected {expect})")
-        if isinstance(sub, dict):
-            _check(node[key], sub, name + ".", where)
-        elif not sub.check(node[key]):
-            raise UserError(f"{where}: {name}: expected {sub.expect}, got {node[key]!r}")
+def _field_at(loc: tuple) -> Any:
+    """The schema field at a dotted location, or None where the location leaves the schema."""
+    model, field = Params, None
+    for key in loc:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)) or key not in model.model_fields:
+            return None
+        field = model.model_fields[key]
+        model = field.annotation
+    return field
+
+
+def _expect(field) -> str:
+    if field is None:
+        return "a value"
+    if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+        return "a section"
+    return (field.json_schema_extra or {}).get("expect", "a value")
+
+
+def _value(params: Any, loc: tuple) -> Any:
+    for key in loc:
+        params = params[key]
+    return params
+
+
+def _show(key) -> str:
+    """A key as the message prints it: as written, unless that would break the line."""
+    return key if isinstance(key, str) and key.isprintable() and key else repr(key)
+
+
+def _message(e: ValidationError, params: Any, where: str) -> str:
+    errors = e.errors()
+    # Unknown keys first: a misspelt key also shows up as the real key missing.
+    error = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
+    loc = tuple(error["loc"])
+    name = ".".join(map(_show, loc)) or "top level"
+    if error["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(name, leaf_paths(), n=1, cutoff=0.6)
+        return f"{where}: {name}: unknown key" + (f" (did you mean {close[0]}?)" if close else "")
+    if error["type"] == "missing":
+        return f"{where}: {name}: missing (expected {_expect(_field_at(loc))})"
+    if error["type"] in ("model_type", "model_attributes_type"):
+        return f"{where}: {name}: expected a mapping of keys, got {error['input']!r:.80}"
+    # An error inside a value (one list item, one mapping entry) is reported on its key.
+    depth = len(loc)
+    while depth and _field_at(loc[:depth]) is None:
+        depth -= 1
+    key = loc[:depth]
+    return f"{where}: {'.'.join(map(_show, key))}: expected {_expect(_field_at(key))}, got {_value(params, key)!r:.120}"
 
 
 def _check_consistency(p: dict, where: str) -> None:
     """Rules that span keys."""
-    t = p["train"]
-    if t["warmup_steps_fraction"] * t["steps"] >= t["steps"]:
-        raise UserError(f"{where}: train.warmup_steps_fraction: leaves no step after warm-up")
     needs = {
         ("base_model", "hub"): ("repo_id", "revision"),
         ("base_model", "tiny"): ("tiny_seed",),
@@ -201,20 +279,50 @@ def _check_consistency(p: dict, where: str) -> None:
             for key in keys:
                 if p[section][key] is None:
                     raise UserError(f"{where}: {section}.{key}: must be set when {section}.source is {source}")
-    h = p["hardware"]
+    h, r = p["hardware"], p["runtime"]
     if h["kind"] == "cpu" and h["tpu_env"] is not None:
         raise UserError(f"{where}: hardware.tpu_env: must be null when hardware.kind is cpu")
-    if h["kind"] != "cpu":
+    tpu = hardware.TPUS.get(h["kind"])
+    if tpu and h["hosts"] != tpu.hosts:
+        raise UserError(f"{where}: hardware.hosts: a {h['kind']} is {tpu.hosts} host{'s' * (tpu.hosts > 1)} "
+                        f"of {tpu.chips_per_host} chips; set hardware.hosts: {tpu.hosts}")
+    if h["hosts"] > 1 and not r["scratch_dir"].startswith("gs://"):
+        raise UserError(f"{where}: runtime.scratch_dir: hardware.hosts is {h['hosts']}: every host reads its inputs "
+                        "and writes the checkpoints there, so it must be a gs:// location")
+    if tpu and tpu.hosts > 1 and r["launcher"] == "local":
+        raise UserError(f"{where}: runtime.launcher: a {h['kind']} is {tpu.hosts} VMs; use slice (its workers over "
+                        "gcloud ssh) or xpk (a GKE cluster)")
+    if r["launcher"] != "local" and not tpu:
+        raise UserError(f"{where}: runtime.launcher: {r['launcher']} runs on TPUs; hardware.kind is cpu (use local)")
+    needs = {"slice": ("slice", ("name", "zone")), "xpk": ("xpk", ("cluster", "docker_image", "zone"))}
+    if r["launcher"] in needs:
+        section, keys = needs[r["launcher"]]
+        for key in keys:
+            if not r[section][key]:
+                raise UserError(f"{where}: runtime.{section}.{key}: must be set when runtime.launcher is {r['launcher']}")
+    if tpu and tpu.hosts > 1 and h["tpu_env"] is not None:
+        raise UserError(f"{where}: hardware.tpu_env: must be null for a multi-host {h['kind']} (each worker's TPU "
+                        "runtime knows its own place in the slice)")
+    if tpu and tpu.hosts == 1:
         env = h["tpu_env"] or {}
         for key in hardware.TPU_ENV_KEYS:
-            if not isinstance(env.get(key), str) or not env[key]:
+            if not env.get(key):
                 raise UserError(f"{where}: hardware.tpu_env.{key}: missing (a string; see recipes/gemma3-4b-v6e-8.yaml)")
         unknown = sorted(set(env) - set(hardware.TPU_ENV_KEYS))
         if unknown:
             raise UserError(f"{where}: hardware.tpu_env.{unknown[0]}: unknown variable (known: {', '.join(hardware.TPU_ENV_KEYS)})")
         if env["TPU_ACCELERATOR_TYPE"] != h["kind"]:
             raise UserError(f"{where}: hardware.tpu_env.TPU_ACCELERATOR_TYPE: {env['TPU_ACCELERATOR_TYPE']!r} differs from hardware.kind {h['kind']!r}")
+    if p["runtime"]["data_workers"] == 0 and p["train"]["eval_interval"]:
+        # MaxText's HF input pipeline re-reads the eval split for each evaluation only in a
+        # worker process: in-process, every evaluation after the first sees a few rows only.
+        raise UserError(f"{where}: runtime.data_workers: 0 needs train.eval_interval: 0 (in-training evaluations "
+                        "need a data worker); set runtime.data_workers: 1")
     d = p["dataset"]
+    if (d["format"] == "prompt_completion") != (d["column"] is None):
+        raise UserError(f"{where}: dataset.column: " + ("must be null for dataset.format prompt_completion (its rows have "
+                        "'prompt' and 'completion' fields)" if d["column"] is not None else
+                        f"must be set for dataset.format {d['format']} (the column holding each conversation)"))
     if d["source"] == "local":
         for split in (d["train_split"], d["eval_split"]):
             path = os.path.join(d["local_dir"], f"{split}.jsonl")
@@ -222,22 +330,70 @@ def _check_consistency(p: dict, where: str) -> None:
                 raise UserError(f"{where}: dataset.local_dir: {path} not found (one <split>.jsonl per split)")
 
 
+# Which keys this process read, for tests/test_declared.py: every key a stage reads must be
+# one dvc.yaml declares for it, or DVC would not re-run the stage when that key changes.
+READ_LOG_ENV = "PIPELINE_PARAMS_READ_LOG"
+keys_read: set[str] = set()
+
+
+class Tracked(dict):
+    """A params mapping that notes each key read through it (nested mappings too)."""
+
+    def __init__(self, data: dict, prefix: str = ""):
+        super().__init__({k: Tracked(v, f"{prefix}{k}.") if isinstance(v, dict) else v for k, v in data.items()})
+        self._prefix = prefix
+
+    def __getitem__(self, key):
+        keys_read.add(f"{self._prefix}{key}")
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+
+def record_keys_read(stage: str) -> None:
+    """Appends `stage: key key ...` to $PIPELINE_PARAMS_READ_LOG, if set (cli.run calls it)."""
+    path = os.environ.get(READ_LOG_ENV)
+    if path and keys_read:
+        with open(path, "a") as f:
+            f.write(f"{stage}: {' '.join(sorted(keys_read))}\n")
+
+
 def load(path: str = PARAMS_FILE) -> dict:
     """The validated params. Raises UserError with one line on anything wrong."""
     try:
-        with open(path) as f:
-            params = yaml.safe_load(f)
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+        params = yaml.safe_load(text)
     except FileNotFoundError:
         raise UserError(f"{path}: not found; run from the project root") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(f"{path}: not valid YAML{at}: {getattr(e, 'problem', e)}") from None
-    return validate(params, path)
+        raise UserError(f"{path}: not valid YAML{at}: {getattr(e, 'problem', None) or str(e).splitlines()[0]}") from None
+    except RecursionError:
+        raise UserError(f"{path}: nested too deeply to be a params file") from None
+    except ValueError as e:  # what YAML's scalars can raise, e.g. an integer of 5,000 digits
+        raise UserError(f"{path}: not a value YAML can read ({str(e).splitlines()[0][:120]})") from None
+    return Tracked(validate(params, path))
 
 
 def validate(params, where: str = PARAMS_FILE) -> dict:
-    """Checks a params tree against SCHEMA; `where` names its source in the error."""
-    _check(params, SCHEMA, "", where)
+    """Checks a params tree against the schema; `where` names its source in the error."""
+    try:
+        Params.model_validate(params)
+    except ValidationError as e:
+        raise UserError(_message(e, params, where)) from None
+    except RecursionError:
+        raise UserError(f"{where}: nested too deeply to be a params file") from None
     _check_consistency(params, where)
     return params
+
+
+def json_schema() -> dict:
+    schema = Params.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "params.yaml of the MaxText SFT pipeline (generated by python -m tools.schema)"
+    return schema

@@ -1,6 +1,6 @@
 """Queues a grid of experiments, each named after what it changes.
 
-    python -m stages.grid train.learning_rate=1e-3,3e-4 train.steps=40,80   # 4 experiments
+    python -m tools.grid train.learning_rate=1e-3,3e-4 train.steps=40,80   # 4 experiments
     dvc queue start                  # one worker: one accelerator
     dvc exp show --only-changed      # compare; then: dvc exp apply NAME
 
@@ -59,7 +59,7 @@ def main() -> None:
             raise UserError(f"{arg!r}: expected KEY=VALUE[,VALUE...], e.g. train.learning_rate=1e-3,3e-4")
         axes.append([(key, v) for v in values.split(",")])
     if not axes:
-        raise UserError("usage: python -m stages.grid KEY=V1,V2 [KEY=V1,V2 ...]")
+        raise UserError("usage: python -m tools.grid KEY=V1,V2 [KEY=V1,V2 ...]")
     params = load()  # refuse to queue anything from an invalid params.yaml ...
     grid = list(itertools.product(*axes))
     for assignment in grid:  # ... or any variant that would fail at its first second

@@ -1,9 +1,9 @@
 """Moves pipeline outputs to and from the DVC remote, and explains failures in one line.
 
-    python -m stages.remote push                  # every output, plus the run-cache
-    python -m stages.remote pull models/sft-hf    # only the fine-tuned weights
-    python -m stages.remote pull                  # everything dvc.lock names
-    python -m stages.remote status                # what the remote lacks
+    python -m tools.remote push                  # every output, plus the run-cache
+    python -m tools.remote pull models/sft-hf    # only the fine-tuned weights
+    python -m tools.remote pull                  # everything dvc.lock names
+    python -m tools.remote status                # what the remote lacks
 
 Plain `dvc push` / `dvc pull` work as well; this adds what they lack when a transfer of a
 multi-GB checkpoint goes wrong. The bucket and credentials are checked first, so a missing
@@ -78,7 +78,7 @@ def quiet_storage_logs() -> None:
 def explain_failure(command: str, name: str, url: str) -> StageFailed:
     with open(LOG, errors="replace") as f:
         log = f.read()
-    again = f"python -m stages.remote {command}"
+    again = f"python -m tools.remote {command}"
     if any(marker in log for marker in CONNECTION_TROUBLE):
         return StageFailed(
             f"lost the connection to remote '{name}' ({url}) during {command}; what was transferred is kept and "
@@ -89,7 +89,7 @@ def explain_failure(command: str, name: str, url: str) -> StageFailed:
 
 def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in ("push", "pull", "status"):
-        raise UserError("usage: python -m stages.remote push|pull|status [TARGETS...]")
+        raise UserError("usage: python -m tools.remote push|pull|status [TARGETS...]")
     command, targets = sys.argv[1], sys.argv[2:]
     from dvc.cli import main as dvc_main
     from dvc.repo import Repo

@@ -1,6 +1,6 @@
 """Checks params.yaml and the pipeline's inputs without running anything expensive.
 
-    python -m stages.validate
+    python -m tools.validate
 
 The same checks every stage makes in its first second: the params schema (types, ranges,
 allowed values, unknown keys), the local chat data row by row, and, where it exists, that
@@ -10,9 +10,9 @@ the base checkpoint is one MaxText can represent. Exit 0 when all is well.
 import os
 
 from stages import dataset
-from stages.lib import gemma3, paths
-from stages.lib.params import load
+from stages.lib import chat, gemma3, paths
 from stages.lib.cli import run
+from stages.lib.params import load
 
 BASE = paths.BASE_HF
 
@@ -23,12 +23,14 @@ def main() -> None:
     d = params["dataset"]
     if d["source"] == "local":
         for split in (d["train_split"], d["eval_split"]):
-            path = os.path.join(d["local_dir"], f"{split}.jsonl")
-            rows = dataset.check_rows(dataset.read_local(path), d["column"], path)
-            print(f"{path}: {rows} conversations ok")
+            where, rows = dataset.source(d, split)
+            selection = chat.Selection(where, d["column"], d["on_bad_row"], d["max_skipped_fraction"])
+            for _ in selection.rows(rows):
+                pass
+            bad = f", {len(selection.skipped)} bad rows the dataset stage will skip" if selection.skipped else ""
+            print(f"{where}: {selection.kept} conversations ok{bad}")
     if os.path.exists(os.path.join(BASE, "config.json")):
-        gemma3.detect_layout(BASE)
-        gemma3.maxtext_model_args(BASE, params["model"]["maxtext_name"])
+        gemma3.check_convertible(BASE, params["model"]["maxtext_name"])
         print(f"{BASE}: ok")
 
 

@@ -1,0 +1,292 @@
+"""params.yaml -> MaxText command lines: the one place that decides what MaxText is told.
+
+Each function returns the `Invocation` of one MaxText entry point (or one of our own child
+modules that drive MaxText's code): the module, its arguments with the MaxText config file
+first (so every run, a `--dry-run` included, reads the config the entry point documents),
+and what stages/lib/maxtext_main.py must do before running it. The stages only choose
+paths; every param that reaches MaxText passes through here, and so does every decision
+derived from params (LoRA or not, CPU or TPU, which checkpoint is the reference).
+
+    python -m stages.train --dry-run      # prints one of these, validated by MaxText
+"""
+
+import importlib.util
+import os
+from dataclasses import dataclass, field
+
+from stages.lib import gemma3, hardware, paths
+
+TO_MAXTEXT = "maxtext.checkpoint_conversion.to_maxtext"
+TO_HUGGINGFACE = "maxtext.checkpoint_conversion.to_huggingface"
+TRAIN_SFT = "maxtext.trainers.post_train.sft.train_sft"
+TRAIN_COMPILE = "maxtext.trainers.pre_train.train_compile"
+# The config file each entry point documents; our own child modules use SFT's, since they
+# run SFT's input pipeline or load what SFT trained.
+CONFIG_FILES = {TO_MAXTEXT: "base.yml", TO_HUGGINGFACE: "base.yml", TRAIN_COMPILE: "base.yml", TRAIN_SFT: "post_train/sft.yml"}
+SFT_RUN_NAME = "sft"
+CHECK_SEPARATOR = "--check--"  # export_run's arguments: to_huggingface's, then the export check's
+
+
+@dataclass(frozen=True)
+class Invocation:
+    module: str  # run as `python -m stages.lib.maxtext_main <module> ... -- <args>`
+    args: list[str]
+    hf_config: str | None = None  # checkpoint whose config.json replaces MaxText's table entry
+    hf_layout: str | None = None  # tensor-name layout of the HF checkpoint read
+    env: dict[str, str] = field(default_factory=dict)  # on top of maxtext.child_env
+    fetch: dict[str, str] = field(default_factory=dict)  # {gs:// dir: local dir} copied first, on each worker
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A multi-host job's inputs, where every host reads them (stages/lib/train_data.py)."""
+
+    base_params: str  # gs://.../items: the converted base checkpoint
+    tokenizer: str  # gs://... directory of the HF tokenizer files ...
+    tokenizer_local: str  # ... which each worker copies here (transformers reads local files only)
+    eval_file: str  # gs://.../eval.jsonl
+
+
+def config_file(module: str, portable: bool = False) -> str:
+    """Path of MaxText's config file for an entry point (found without importing MaxText);
+    `portable`: as `maxtext:<path in the package>`, which the worker that runs it resolves
+    in its own install (stages/lib/maxtext_main.py)."""
+    name = os.path.join("configs", CONFIG_FILES.get(module, CONFIG_FILES[TRAIN_SFT]))
+    if portable:
+        return f"maxtext:{name}"
+    return os.path.join(importlib.util.find_spec("maxtext").submodule_search_locations[0], name)
+
+
+def _bool(value: bool) -> str:
+    return str(value).lower()
+
+
+def _abs(path: str) -> str:
+    return path if "://" in path else os.path.abspath(os.path.expanduser(path))
+
+
+def on_cpu(params: dict) -> dict:
+    """The same params with the work placed on this machine's CPU, in one process (compiling
+    for a TPU topology, or replaying the input pipeline, needs no TPU)."""
+    return {**params, "hardware": {"kind": "cpu", "hosts": 1, "tpu_env": None}}
+
+
+def common(params: dict) -> list[str]:
+    """What every entry point gets: the base checkpoint's architecture, the hardware, caches."""
+    args = gemma3.maxtext_model_args(paths.BASE_HF, params["model"]["maxtext_name"])
+    args += [f"scan_layers={_bool(params['model']['scan_layers'])}",
+             f"jax_cache_dir={_abs(params['runtime']['compile_cache_dir'])}"]
+    if params["hardware"]["kind"] == "cpu":
+        args += ["hardware=cpu"]
+        if hardware.hosts(params) == 1:  # a job of several CPU processes joins up (stages/lib/launch.py)
+            args += ["skip_jax_distributed_system=true"]
+    return args
+
+
+def checkpoint_storage(params: dict) -> list[str]:
+    m = params["model"]
+    return [f"checkpoint_storage_use_ocdbt={_bool(m['checkpoint_ocdbt'])}",
+            f"checkpoint_storage_use_zarr3={_bool(m['checkpoint_zarr3'])}"]
+
+
+def data(params: dict, train_file: str | None = None, workers: int | None = None, staged: Staged | None = None) -> list[str]:
+    """How chat rows become token batches: shared by training, the resume replay and the
+    evaluate stage, so that held-out loss is measured on exactly what training optimises.
+    `workers`: grain's data processes (the batches are the same either way); training uses
+    runtime.data_workers, the one-pass readers none (a worker costs ~10 s to start).
+    `staged`: a multi-host job's inputs (train_file then names every host's stream)."""
+    t = params["train"]
+    workers = params["runtime"]["data_workers"] if workers is None else workers
+    tokenizer = staged.tokenizer_local if staged else _abs(paths.BASE_HF)
+    eval_file = staged.eval_file if staged else _abs(os.path.join(paths.DATA, "eval.jsonl"))
+    return [
+        f"tokenizer_path={tokenizer}",
+        "hf_path=json",
+        f"hf_train_files={_abs(train_file or os.path.join(paths.DATA, 'train.jsonl'))}",
+        "train_split=train",
+        "train_data_columns=['messages']",
+        f"hf_eval_files={eval_file}",
+        "hf_eval_split=train",  # a JSON file's only split, whatever it is called upstream
+        "eval_data_columns=['messages']",
+        f"max_target_length={t['max_target_length']}",
+        f"packing={_bool(t['packing'])}",
+        f"sft_train_on_completion_only={_bool(t['completion_only_loss'])}",
+        f"grain_worker_count={workers}",
+        f"grain_worker_count_eval={workers}",
+    ]
+
+
+def lora_enabled(params: dict) -> bool:
+    """Whether training trains a LoRA adapter: the one place this is decided."""
+    return params["train"]["lora"]["enabled"]
+
+
+def lora_shape(params: dict) -> list[str]:
+    """The adapter's shape: rank, alpha, which modules (what reading one back needs too)."""
+    lo = params["train"]["lora"]
+    args = [f"lora.lora_rank={lo['rank']}", f"lora.lora_alpha={float(lo['alpha'])}"]
+    return args + ([f"lora.lora_module_path={lo['module_path']}"] if lo["module_path"] else [])
+
+
+def lora(params: dict) -> list[str]:
+    """MaxText's LoRA flags for train.lora (none when it is off)."""
+    return ["lora.enable_lora=true", *lora_shape(params)] if lora_enabled(params) else []
+
+
+def convert_in(params: dict, out_dir: str) -> Invocation:
+    return Invocation(TO_MAXTEXT, [config_file(TO_MAXTEXT), *common(params),
+        "use_multimodal=false",  # text SFT; the vision tower is carried over by convert_out
+        f"base_output_directory={_abs(out_dir)}",
+        "run_name=convert_in",
+        *checkpoint_storage(params),
+        f"--hf_model_path={paths.BASE_HF}",
+        "--lazy_load_tensors=true",  # one tensor at a time: RAM stays ~1 GB + the largest tensor
+        f"--save_dtype={params['convert_in']['save_dtype']}",
+    ], hf_config=paths.BASE_HF, hf_layout=gemma3.detect_layout(paths.BASE_HF))
+
+
+def _training(params: dict, staged: Staged | None = None) -> list[str]:
+    t = params["train"]
+    return [
+        f"load_parameters_path={staged.base_params if staged else _abs(paths.BASE_MAXTEXT_PARAMS)}",
+        f"run_name={SFT_RUN_NAME}",
+        f"steps={t['steps']}",
+        f"per_device_batch_size={t['per_device_batch_size']}",
+        f"gradient_accumulation_steps={t['gradient_accumulation_steps']}",
+        f"learning_rate={t['learning_rate']}",
+        f"warmup_steps_fraction={t['warmup_steps_fraction']}",
+        "enable_data_shuffling=false",  # the train stage writes the stream already shuffled ...
+        "num_epoch=1",  # ... holding every epoch (stages/lib/stream.py)
+        f"init_weights_seed={t['seed']}",
+        *lora(params),
+    ]
+
+
+def train(params: dict, output_dir: str, metrics_file: str, train_file: str, staged: Staged | None = None) -> Invocation:
+    """The training run; with `staged`, one every host of a multi-host job can run: its inputs
+    on gs://, no path of this machine in it (stages/lib/launch.py)."""
+    t = params["train"]
+    args = [config_file(TRAIN_SFT, portable=staged is not None), *common(params), *data(params, train_file, staged=staged),
+            *_training(params, staged),
+        f"base_output_directory={output_dir}",
+        f"eval_interval={t['eval_interval'] or -1}",
+        "eval_steps=-1",  # each evaluation covers the whole eval split
+        f"checkpoint_period={t['checkpoint_period']}",
+        f"metrics_file={metrics_file}",
+        *checkpoint_storage(params),
+        *profiler(params),
+    ]
+    return Invocation(TRAIN_SFT, args, fetch={staged.tokenizer: staged.tokenizer_local} if staged else {})
+
+
+def profiler(params: dict) -> list[str]:
+    """MaxText's profiler (as the tutorial's `profiler=xplane`) for runtime.profile_steps steps
+    after the first runtime.profile_skip_steps (the first step compiles); it writes the trace
+    under the run's tensorboard/ directory, which the train stage copies to logs/profile/."""
+    r = params["runtime"]
+    if not r["profile_steps"]:
+        return []
+    return ["profiler=xplane", f"skip_first_n_steps_for_profiler={r['profile_skip_steps']}",
+            f"profiler_steps={r['profile_steps']}"]
+
+
+def data_position(params: dict, output_dir: str, train_file: str, steps: int, report: str,
+                  streams: list[str] | None = None) -> Invocation:
+    """The resume replay (stages/lib/data_position.py): training's input pipeline, on CPU with
+    as many simulated devices as one host of the recipe's accelerator has, so batches are the
+    same; `streams`: each host's stream of a multi-host job, replayed one by one."""
+    cpu = on_cpu(params)
+    each = ["--streams", *streams] if streams else []
+    return Invocation("stages.lib.data_position", ["--steps", str(steps), "--report", report, *each, "--",
+                      config_file(TRAIN_SFT), *common(cpu), *data(cpu, train_file, workers=0), *_training(cpu),
+                      f"base_output_directory={output_dir}"],
+                      env={"XLA_FLAGS": f"--xla_force_host_platform_device_count={hardware.devices_per_host(params)}"})
+
+
+def token_lengths(splits: dict[str, str]) -> Invocation:
+    """Tokens per conversation of each {jsonl: npy} (stages/lib/token_lengths.py), with the
+    tokenizer training uses."""
+    pairs = [a for jsonl, npy in splits.items() for a in ("--split", _abs(jsonl), _abs(npy))]
+    return Invocation("stages.lib.token_lengths", ["--tokenizer", _abs(paths.BASE_HF), *pairs])
+
+
+def merge_lora(params: dict, adapter: str, out: str) -> Invocation:
+    lo = params["train"]["lora"]
+    return Invocation("stages.lib.merge_lora", ["--base", _abs(paths.BASE_MAXTEXT_PARAMS), "--adapter", _abs(adapter),
+                                                "--scale", str(lo["alpha"] / lo["rank"]), "--out", _abs(out)])
+
+
+def _to_huggingface(params: dict) -> list[str]:
+    return [config_file(TO_HUGGINGFACE), *common(params),
+            "use_multimodal=false",
+            f"load_parameters_path={_abs(paths.SFT_PARAMS)}",
+            "run_name=convert_out",
+            # Convert in float32 and round once, at the end (export.assemble): MaxText's bf16
+            # path rounds Gemma's 1+w norm scales before subtracting 1, four times coarser.
+            "weight_dtype=float32",
+            f"--hf_model_path={paths.BASE_HF}"]  # tokenizer source: the base, not the Hub
+
+
+def convert_out(params: dict, out_dir: str) -> Invocation:
+    """MaxText's own to_huggingface, as by hand (the stage runs it inside export_run)."""
+    return Invocation(TO_HUGGINGFACE, [*_to_huggingface(params), f"base_output_directory={_abs(out_dir)}"],
+                      hf_config=paths.BASE_HF)
+
+
+def _check_options(params: dict, report: str) -> list[str]:
+    c = params["convert_out"]
+    ours = ["--base", paths.BASE_HF, "--report", report, "--tie-margin", str(c["check"]["tie_margin"]), "--dtype", c["dtype"]]
+    if lora_enabled(params):
+        ours += ["--lora-base", _abs(paths.BASE_MAXTEXT_PARAMS), "--lora-adapter", _abs(paths.SFT_LORA)]
+    return ours
+
+
+def _check_reference(params: dict) -> list[str]:
+    return [config_file(TRAIN_SFT), *common(params), f"load_parameters_path={_abs(paths.SFT_PARAMS)}",
+            *(lora_shape(params) if lora_enabled(params) else [])]
+
+
+def export_check(params: dict, export_dir: str, report: str) -> Invocation:
+    """The export check (stages/lib/export_check.py) of an existing export: against MaxText
+    running the trained parameters rounded as the export rounds them; for a LoRA run also the
+    merged parameters against the base with its adapter applied by MaxText, unmerged."""
+    return Invocation("stages.lib.export_check", ["--export", export_dir, *_check_options(params, report), "--",
+                                                  *_check_reference(params)])
+
+
+def export_run(params: dict, out_dir: str, report: str) -> Invocation:
+    """convert_out's work in one process (stages/lib/export_run.py): to_huggingface, the
+    assembly into out_dir, the export check."""
+    c = params["convert_out"]
+    ours = ["--out", _abs(out_dir), "--shard-bytes", str(c["shard_size_mb"] * 1024 * 1024), *_check_options(params, report)]
+    return Invocation("stages.lib.export_run", [*ours, "--", *_to_huggingface(params), CHECK_SEPARATOR,
+                                                *_check_reference(params)], hf_config=paths.BASE_HF)
+
+
+def evaluation(params: dict, report: str, checkpoints: dict[str, str], answers: dict[str, str], prompts: str,
+               output_dir: str) -> Invocation:
+    """The evaluate stage's child (stages/lib/evaluation.py): held-out loss of each MaxText
+    checkpoint, through training's data flags, and greedy answers of each HF checkpoint."""
+    ours = ["--report", report]
+    ours += [a for name, path in checkpoints.items() for a in ("--checkpoint", f"{name}={_abs(path)}")]
+    ours += [a for name, path in answers.items() for a in ("--generate", f"{name}={_abs(path)}")]
+    ours += ["--prompts", prompts, "--max-new-tokens", str(params["evaluate"]["max_new_tokens"])]
+    return Invocation("stages.lib.evaluation", [*ours, "--", config_file(TRAIN_SFT), *common(params), *data(params, workers=0),
+                      f"base_output_directory={_abs(output_dir)}", "run_name=evaluate", "per_device_batch_size=1"])
+
+
+def fit_check(params: dict, workdir: str, overrides: dict) -> Invocation:
+    """MaxText's ahead-of-time compile of the train step for the recipe's TPU topology, run on
+    this machine's CPU with libtpu (no TPU needed)."""
+    t = {**params["train"], **overrides}
+    return Invocation(TRAIN_COMPILE, [config_file(TRAIN_COMPILE), *common(on_cpu(params)),
+        f"compile_topology={hardware.TPUS[params['hardware']['kind']].topology}",
+        "compile_topology_num_slices=1",
+        f"base_output_directory={workdir}",
+        "run_name=fit_check",
+        f"per_device_batch_size={t['per_device_batch_size']}",
+        f"gradient_accumulation_steps={t['gradient_accumulation_steps']}",
+        f"max_target_length={t['max_target_length']}",
+    # No TPU is used, so do not take libtpu's single-process lock: the check must work beside
+    # a training run holding the TPU (or a test process that loaded libtpu).
+    ], env={"TPU_WORKER_HOSTNAMES": "localhost", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"})

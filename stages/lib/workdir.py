@@ -1,0 +1,194 @@
+"""MaxText's working directory for one training run: named by what it trains, resumable.
+
+The directory is `<runtime.scratch_dir>/train-<digest>`, local or on gs://, and is not a DVC
+output: it holds the intermediate checkpoints a killed run resumes from. The digest covers
+exactly what determines the training:
+  - the params the train stage declares in dvc.yaml (runtime.* is not among them),
+  - the content hashes of its data dependencies, as DVC records them (code is not hashed:
+    a fix to the pipeline's own code resumes a run instead of discarding hours of it); a
+    dependency whose bytes are not reproducible (an Orbax checkpoint has random file names
+    and timestamps) by the inputs and params of the stage that made it, so converting the
+    base again on a new VM still finds the run,
+  - the MaxText and Tunix versions (another trainer must not resume this one's checkpoints).
+No path, mtime or machine enters it, so the same inputs pulled on a new VM find the same
+directory on gs://.
+"""
+
+import fcntl
+import hashlib
+import importlib.metadata
+import json
+import os
+
+import fsspec
+import yaml
+
+from stages.lib.cli import StageFailed
+
+TRAINER_PACKAGES = ("maxtext", "google-tunix")
+# Outputs identified by what they were made from, not by their bytes (see above).
+IDENTIFIED_BY_INPUTS = {"models/base-maxtext": "convert_in"}
+PREFIX = "train-"
+METRICS_FILE = "metrics.jsonl"  # MaxText's per-step metrics lines (its metrics_file)
+
+
+def declared(stage: str, dvc_yaml: str = "dvc.yaml") -> tuple[list[str], list[str]]:
+    """(params keys, dependency paths) that dvc.yaml declares for a stage."""
+    with open(dvc_yaml) as f:
+        spec = yaml.safe_load(f)["stages"][stage]
+    keys = [k for entry in spec.get("params", []) for k in ([entry] if isinstance(entry, str) else entry)]
+    return keys, list(spec.get("deps", []))
+
+
+def data_dependencies(deps: list[str]) -> list[str]:
+    """The deps that are data (what is trained), not the pipeline's code or a metrics file."""
+    return [d for d in deps if not d.startswith(("stages/", "metrics/"))]
+
+
+def tracked_values(params: dict, keys: list[str]) -> dict:
+    """{dotted key: value} for the declared keys (a key may name a whole section)."""
+    out = {}
+    for key in keys:
+        node = params
+        for part in key.split("."):
+            node = node[part]
+        out[key] = node
+    return out
+
+
+def digest(tracked: dict, inputs: dict, trainer: dict[str, str]) -> str:
+    """The working directory's name for these inputs (16 hex digits)."""
+    blob = json.dumps({"params": tracked, "inputs": inputs, "trainer": trainer}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def trainer_versions() -> dict[str, str]:
+    return {pkg: importlib.metadata.version(pkg) for pkg in TRAINER_PACKAGES}
+
+
+def _dvc_hashes(repo, stage: str, paths: list[str]) -> dict[str, str]:
+    out = {}
+    (target,) = repo.stage.collect(stage)
+    for dep in target.deps:
+        if dep.def_path in paths:
+            out[dep.def_path] = dep.get_hash().value if dep.exists else "missing"
+    return out
+
+
+def input_hashes(params: dict, stage: str = "train") -> dict:
+    """What identifies each of a stage's data dependencies: DVC's content hash, from its state
+    database (DVC hashed them just before running the stage, so nothing is read again), or,
+    for IDENTIFIED_BY_INPUTS, the producing stage's own inputs and params; "missing" for a
+    dependency not computed yet (a --dry-run before the inputs exist)."""
+    from dvc.repo import Repo
+
+    _, deps = declared(stage)
+    out = {}
+    with Repo() as repo:
+        out.update(_dvc_hashes(repo, stage, [d for d in data_dependencies(deps) if d not in IDENTIFIED_BY_INPUTS]))
+        for path in data_dependencies(deps):
+            if path in IDENTIFIED_BY_INPUTS:
+                producer = IDENTIFIED_BY_INPUTS[path]
+                keys, producer_deps = declared(producer)
+                out[path] = {"made_by": producer, "params": tracked_values(params, keys),
+                             "from": _dvc_hashes(repo, producer, data_dependencies(producer_deps))}
+    return out
+
+
+def for_params(params: dict, stage: str = "train") -> "Workdir":
+    keys, _ = declared(stage)
+    name = PREFIX + digest(tracked_values(params, keys), input_hashes(params, stage), trainer_versions())
+    return Workdir(params["runtime"]["scratch_dir"], name)
+
+
+class Workdir:
+    """A run's working directory, `url`, on the local disk or on gs://.
+
+    MaxText writes its checkpoints under `url`; files that must be local (MaxText's per-step
+    metrics file, the data stream it reads) live in `local`, the same directory unless the
+    scratch is on gs://. There, what a resume needs beyond the checkpoints (the metrics lines
+    so far, the data position) is copied beside them (`save`), so that a new VM with an empty
+    disk continues the same curve (`restore`); the stream itself is rewritten from the data.
+    """
+
+    def __init__(self, scratch_dir: str, name: str, run_name: str = "sft"):
+        self.name = name
+        remote = "://" in scratch_dir
+        local_scratch = ".scratch" if remote else scratch_dir
+        self.url = f"{scratch_dir.rstrip('/')}/{name}" if remote else os.path.abspath(os.path.join(scratch_dir, name))
+        self.local = os.path.abspath(os.path.join(local_scratch, name))
+        self.fs, self.root = fsspec.core.url_to_fs(self.url)
+        self.checkpoints = f"{self.root}/{run_name}/checkpoints"
+        self.profile = f"{self.root}/{run_name}/tensorboard/plugins/profile"  # MaxText's traces (profiler=xplane)
+        self.metrics_file = os.path.join(self.local, METRICS_FILE)
+
+    @property
+    def on_gcs(self) -> bool:
+        return self.url.startswith("gs://")
+
+    def complete_steps(self) -> list[int]:
+        """Steps with a finished checkpoint. Locally Orbax renames a step's directory into place
+        when it is done; on GCS, which cannot rename atomically, the directory has its final
+        name from the start and a commit_success.txt in it says it is done."""
+        if not self.fs.exists(self.checkpoints):
+            return []
+        names = (p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self.checkpoints, detail=False))
+        steps = sorted(int(n) for n in names if n.isdigit())
+        if self.on_gcs:
+            steps = [s for s in steps if self.fs.exists(f"{self.checkpoints}/{s}/commit_success.txt")]
+        return steps
+
+    def prune(self, keep: int) -> None:
+        """Deletes all but the newest `keep` complete checkpoints."""
+        for step in self.complete_steps()[:-keep]:
+            self.fs.rm(f"{self.checkpoints}/{step}", recursive=True)
+
+    def lock(self):
+        """Holds the directory for this process; a second training on the same inputs (say, an
+        orphan of a killed `dvc repro`) is refused instead of corrupting the checkpoints."""
+        os.makedirs(self.local, exist_ok=True)
+        handle = open(os.path.join(self.local, ".lock"), "w")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StageFailed(f"another training run is using {self.url}; wait for it to end, or stop it") from None
+        return handle
+
+    def others(self) -> list[str]:
+        """Working directories of runs with other inputs (killed, then params changed)."""
+        parent = self.url.rsplit("/", 1)[0]
+        fs, root = fsspec.core.url_to_fs(parent)
+        found = fs.glob(f"{root}/{PREFIX}*") if fs.exists(root) else []
+        return [p for p in found if not p.rstrip("/").endswith(self.name)]
+
+    def save(self, name: str) -> None:
+        """Copies local/<name> beside the checkpoints (gs:// only; locally they are one place)."""
+        path = os.path.join(self.local, name)
+        if self.on_gcs and os.path.exists(path):
+            self.fs.put_file(path, f"{self.root}/{name}")
+
+    def restore(self, name: str) -> None:
+        """Brings <name> back from beside the checkpoints when this machine's copy is missing
+        or shorter (both are append-only records of the same run: the longer one is newer)."""
+        remote, path = f"{self.root}/{name}", os.path.join(self.local, name)
+        if not self.on_gcs or not self.fs.exists(remote):
+            return
+        if os.path.exists(path) and os.path.getsize(path) >= self.fs.size(remote):
+            return
+        os.makedirs(self.local, exist_ok=True)
+        self.fs.get_file(remote, path)
+
+    def fetch(self, path: str, dest: str) -> None:
+        """Copies a directory of the run (a checkpoint's params, the traces) to `dest` on this
+        machine: hard links when both are local (no data copied), a download from gs://."""
+        from stages.lib import outputs
+
+        if self.on_gcs:
+            self.fs.get(path.rstrip("/") + "/", dest, recursive=True)
+        else:
+            outputs.link_or_copy_tree(path, dest)
+
+    def remove(self) -> None:
+        for fs, path in ((self.fs, self.root), (fsspec.filesystem("file"), self.local)):
+            if fs.exists(path):
+                fs.rm(path, recursive=True)

@@ -1,0 +1,138 @@
+"""params -> MaxText command lines (stages/lib/flags.py), in-process, for the committed 4B
+recipe on google/gemma-3-4b-it's real config and for the tiny recipe."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, with_real_4b_config
+from stages.lib import flags
+from stages.lib.params import load
+
+
+@pytest.fixture
+def project_4b(tmp_path, monkeypatch) -> dict:
+    """A directory laid out like the project, holding the 4B recipe and the real 4B config."""
+    shutil.copy(REPO / "recipes" / "gemma3-4b-v6e-8.yaml", tmp_path / "params.yaml")
+    with_real_4b_config(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    return load()
+
+
+def kv(args: list[str]) -> dict[str, str]:
+    return dict(a.split("=", 1) for a in args if "=" in a)
+
+
+def test_every_invocation_reads_the_config_its_entry_point_documents(project_4b):
+    p = project_4b
+    for invocation, config in [
+        (flags.convert_in(p, "out"), "configs/base.yml"),
+        (flags.train(p, "gs://b/work", "/tmp/m.jsonl", "stream.jsonl"), "configs/post_train/sft.yml"),
+        (flags.convert_out(p, "out"), "configs/base.yml"),
+        (flags.fit_check(p, "/tmp/w", {}), "configs/base.yml"),
+    ]:
+        assert invocation.args[0].endswith(os.path.join("maxtext", config)), invocation.args[0]
+        assert os.path.isfile(invocation.args[0])
+    for ours in (flags.export_check(p, "export", "r.json"), flags.evaluation(p, "r.json", {"base": "b"}, {}, "p.json", "/tmp/o"),
+                 flags.data_position(p, "/tmp/w", "s.jsonl", 20, "r.json")):
+        maxtext = ours.args[ours.args.index("--") + 1:]
+        assert maxtext[0].endswith(os.path.join("maxtext", "configs", "post_train", "sft.yml")), ours.module
+
+
+def test_the_tutorials_values_reach_maxtext(project_4b):
+    """What tests/test_tpu_recipe.py's dry runs then have MaxText itself validate."""
+    train = kv(flags.train(project_4b, "gs://b/work", "/tmp/m.jsonl", "/data/stream.jsonl").args)
+    assert {k: train[k] for k in ("model_name", "scan_layers", "steps", "per_device_batch_size", "max_target_length",
+                                  "learning_rate", "packing", "sft_train_on_completion_only", "train_data_columns",
+                                  "checkpoint_storage_use_ocdbt", "checkpoint_storage_use_zarr3", "grain_worker_count")} == {
+        "model_name": "gemma3-4b", "scan_layers": "true", "steps": "1000", "per_device_batch_size": "1",
+        "max_target_length": "2048", "learning_rate": "2e-05", "packing": "true", "sft_train_on_completion_only": "true",
+        "train_data_columns": "['messages']", "checkpoint_storage_use_ocdbt": "true", "checkpoint_storage_use_zarr3": "true",
+        "grain_worker_count": "1"}
+    assert train["base_output_directory"] == "gs://b/work" and train["hf_train_files"] == "/data/stream.jsonl"
+    assert train["enable_data_shuffling"] == "false" and train["num_epoch"] == "1"  # the stream is the order
+    assert train["eval_interval"] == "250" and train["checkpoint_period"] == "200"
+    convert_in = flags.convert_in(project_4b, "out")
+    assert {"--save_dtype=bfloat16", "--lazy_load_tensors=true", "use_multimodal=false"} <= set(convert_in.args)
+    assert kv(convert_in.args)["base_emb_dim"] == "2560" and kv(convert_in.args)["base_num_decoder_layers"] == "34"
+    assert convert_in.hf_layout == "hub" and convert_in.hf_config == os.path.join("models", "base-hf")
+    assert {"weight_dtype=float32", "use_multimodal=false"} <= set(flags.convert_out(project_4b, "out").args)
+
+
+def test_a_tpu_recipe_runs_maxtext_on_the_tpu_but_compiles_and_replays_on_the_cpu(project_4b):
+    p = project_4b
+    assert "hardware=cpu" not in flags.train(p, "w", "m", "s").args
+    assert "skip_jax_distributed_system=true" not in flags.train(p, "w", "m", "s").args
+    fit = flags.fit_check(p, "/tmp/w", {"per_device_batch_size": 4})
+    assert "hardware=cpu" in fit.args and "compile_topology=v6e-8" in fit.args and "per_device_batch_size=4" in fit.args
+    assert fit.env["ALLOW_MULTIPLE_LIBTPU_LOAD"] == "1"
+    replay = flags.data_position(p, "/tmp/w", "s.jsonl", 20, "r.json")
+    assert "hardware=cpu" in replay.args and replay.args[:4] == ["--steps", "20", "--report", "r.json"]
+    assert replay.env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=8"  # one simulated device per chip
+    train_data = [a for a in flags.train(p, "w", "m", "s.jsonl").args if a.split("=")[0] in {
+        "hf_train_files", "max_target_length", "packing", "sft_train_on_completion_only", "per_device_batch_size",
+        "gradient_accumulation_steps", "tokenizer_path"}]
+    assert set(train_data) <= set(replay.args)  # the replay batches exactly as training does
+
+
+def test_lora_is_decided_once_for_training_and_the_export_check(project_4b):
+    p = project_4b
+    assert not any(a.startswith("lora.") for a in flags.train(p, "w", "m", "s").args)
+    assert kv(flags.export_check(p, "e", "r").args)["load_parameters_path"].endswith(os.path.join("sft-maxtext", "params"))
+    p["train"]["lora"]["enabled"] = True
+    train = kv(flags.train(p, "w", "m", "s").args)
+    assert (train["lora.enable_lora"], train["lora.lora_rank"], train["lora.lora_alpha"]) == ("true", "16", "32.0")
+    assert "lora.lora_module_path" not in train  # "": MaxText's default for the model
+    check = flags.export_check(p, "e", "r").args
+    ours = check[:check.index("--")]
+    assert ours[ours.index("--lora-base") + 1].endswith(os.path.join("base-maxtext", "0", "items"))  # base + adapter,
+    assert ours[ours.index("--lora-adapter") + 1].endswith(os.path.join("sft-maxtext", "lora"))  # applied unmerged ...
+    assert kv(check)["load_parameters_path"].endswith(os.path.join("sft-maxtext", "params"))  # ... against the merge
+    assert kv(check)["lora.lora_rank"] == "16" and "lora.enable_lora=true" not in check
+    merge = flags.merge_lora(p, "models/.tmp/lora", "models/.tmp/params")
+    assert merge.args[merge.args.index("--scale") + 1] == "2.0"  # alpha / rank
+
+
+def test_runtime_settings_reach_maxtext_without_being_results(project_4b, monkeypatch):
+    p = project_4b
+    args = kv(flags.train(p, "w", "m", "s").args)
+    assert args["jax_cache_dir"] == os.path.expanduser("~/.cache/maxtext-sft/jax")
+    p["runtime"]["compile_cache_dir"] = "gs://bucket/jax-cache"
+    assert kv(flags.train(p, "w", "m", "s").args)["jax_cache_dir"] == "gs://bucket/jax-cache"
+    p["runtime"]["compile_cache_dir"] = "relative/cache"
+    assert kv(flags.convert_in(p, "o").args)["jax_cache_dir"] == str(Path("relative/cache").resolve())
+    # The one-pass readers never start a grain worker, whatever training uses.
+    for one_pass in (flags.evaluation(p, "r", {"base": "b"}, {}, "p.json", "/tmp/o"), flags.data_position(p, "/tmp/w", "s", 20, "r")):
+        assert kv(one_pass.args)["grain_worker_count"] == kv(one_pass.args)["grain_worker_count_eval"] == "0"
+
+
+def test_the_tiny_recipe_runs_on_the_cpu(tiny_base, tmp_path, monkeypatch):
+    shutil.copy(REPO / "recipes" / "tiny.yaml", tmp_path / "params.yaml")
+    shutil.copytree(REPO / "assets", tmp_path / "assets")
+    os.makedirs(tmp_path / "models")
+    os.symlink(tiny_base, tmp_path / "models" / "base-hf")
+    monkeypatch.chdir(tmp_path)
+    p = load()
+    for invocation in (flags.convert_in(p, "o"), flags.train(p, "w", "m", "s"), flags.convert_out(p, "o")):
+        assert {"hardware=cpu", "skip_jax_distributed_system=true"} <= set(invocation.args)
+        assert kv(invocation.args)["base_emb_dim"] == "128" and kv(invocation.args)["base_num_decoder_layers"] == "8"
+    # runtime.data_workers (the tiny recipe: 0, grain in MaxText's own process); the one-pass
+    # readers never start a worker.
+    assert kv(flags.train(p, "w", "m", "s").args)["grain_worker_count"] == "0"
+    p["runtime"]["data_workers"] = 1
+    assert kv(flags.train(p, "w", "m", "s").args)["grain_worker_count"] == "1"
+    assert kv(flags.data_position(p, "w", "s", 10, "r").args)["grain_worker_count"] == "0"
+
+    # A job of two CPU processes joins JAX's distributed runtime: no skip flag, inputs staged.
+    p["hardware"]["hosts"] = 2
+    staged = flags.Staged("gs://b/in/base/0/items", "gs://b/in/tok", ".cache/inputs/tok", "gs://b/in/eval.jsonl")
+    job = flags.train(p, "gs://b/work", "logs/m.jsonl", "gs://b/work/data/host-*.jsonl", staged)
+    args = kv(job.args)
+    assert "skip_jax_distributed_system=true" not in job.args and "hardware=cpu" in job.args
+    assert job.args[0] == "maxtext:configs/post_train/sft.yml"  # resolved by each worker in its own install
+    assert (args["tokenizer_path"], args["load_parameters_path"], args["hf_eval_files"]) == (
+        ".cache/inputs/tok", "gs://b/in/base/0/items", "gs://b/in/eval.jsonl")
+    assert job.fetch == {"gs://b/in/tok": ".cache/inputs/tok"}
+    assert not [a for a in job.args if str(tmp_path) in a or a.startswith("/")]  # no path of this machine

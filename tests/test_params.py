@@ -1,0 +1,148 @@
+"""params.yaml's schema (stages/lib/params.py), in-process: every recipe validates, every
+kind of mistake gets its one line, and the published JSON Schema is the schema."""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stages.lib import params as schema
+from stages.lib.cli import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny() -> dict:
+    return yaml.safe_load((ROOT / "recipes" / "tiny.yaml").read_text())
+
+
+def error(p: dict, where: str = "params.yaml") -> str:
+    with pytest.raises(UserError) as e:
+        schema.validate(p, where)
+    return str(e.value)
+
+
+def changed(p: dict, dotted: str, value) -> dict:
+    p = copy.deepcopy(p)
+    *parents, leaf = dotted.split(".")
+    node = p
+    for key in parents:
+        node = node[key]
+    if value is DELETE:
+        del node[leaf]
+    else:
+        node[leaf] = value
+    return p
+
+
+DELETE = object()
+CASES = [
+    ("train.setps", 5, "params.yaml: train.setps: unknown key (did you mean train.steps?)"),
+    ("train.steps", "ten", "params.yaml: train.steps: expected an integer >= 1, got 'ten'"),
+    ("train.steps", True, "params.yaml: train.steps: expected an integer >= 1, got True"),  # YAML's bool is no number
+    ("train.steps", 2.5, "params.yaml: train.steps: expected an integer >= 1, got 2.5"),
+    ("train.learning_rate", 0, "params.yaml: train.learning_rate: expected a number > 0 and < 1, got 0"),
+    ("train.learning_rate", float("nan"), "params.yaml: train.learning_rate: expected a number > 0 and < 1, got nan"),
+    ("train.learning_rate", "1e-3", "params.yaml: train.learning_rate: expected a number > 0 and < 1, got '1e-3'"),
+    ("train.packing", "true", "params.yaml: train.packing: expected true or false, got 'true'"),
+    ("model.maxtext_name", "llama3-8b", "params.yaml: model.maxtext_name: expected one of gemma3-4b, gemma3-12b, gemma3-27b, got 'llama3-8b'"),
+    ("train.seed", DELETE, "params.yaml: train.seed: missing (expected an integer >= 0)"),
+    ("runtime", DELETE, "params.yaml: runtime: missing (expected a section)"),
+    ("train.lora", 5, "params.yaml: train.lora: expected a mapping of keys, got 5"),
+    ("evaluate.prompts", ["ok", "  "], "params.yaml: evaluate.prompts: expected a non-empty list of non-empty strings, got ['ok', '  ']"),
+    ("evaluate.prompts", [], "params.yaml: evaluate.prompts: expected a non-empty list of non-empty strings, got []"),
+    ("base_model.revision", "main", "params.yaml: base_model.revision: expected a 40-character commit hash"),
+    ("base_model.repo_id", "no-owner", "params.yaml: base_model.repo_id: expected a Hugging Face repo id like owner/name or null"),
+    ("dataset.local_dir", "/abs/path", "params.yaml: dataset.local_dir: expected a directory relative to the project root"),
+    ("runtime.data_workers", 2, "params.yaml: runtime.data_workers: expected 0 or 1, got 2"),
+    ("train.warmup_steps_fraction", 1.0, "params.yaml: train.warmup_steps_fraction: expected a number >= 0 and < 1, got 1.0"),
+    ("hardware.tpu_env", {"TPU_NAME": "x"}, "params.yaml: hardware.tpu_env: must be null when hardware.kind is cpu"),
+    ("hardware.tpu_env", {"TPU_NAME": 1}, "params.yaml: hardware.tpu_env: expected a mapping of TPU_* variables to strings or null, got {'TPU_NAME': 1}"),
+    ("dataset.eval_split", "validation", "params.yaml: dataset.local_dir: assets/tiny-chat/validation.jsonl not found"),
+    ("dataset.format", "alpaca", "params.yaml: dataset.format: expected one of messages, sharegpt, prompt_completion, got 'alpaca'"),
+    ("dataset.format", "prompt_completion", "params.yaml: dataset.column: must be null for dataset.format prompt_completion"),
+    ("dataset.column", None, "params.yaml: dataset.column: must be set for dataset.format messages"),
+]
+
+
+@pytest.mark.parametrize("dotted,value,message", CASES, ids=[f"{c[0]}={c[1]!r}"[:40] for c in CASES])
+def test_each_mistake_is_one_line_naming_the_key(tiny, monkeypatch, dotted, value, message):
+    monkeypatch.chdir(ROOT)  # the tiny recipe names its data relative to the project root
+    said = error(changed(tiny, dotted, value))
+    assert said.startswith(message), said
+    assert "\n" not in said
+
+
+def test_source_specific_keys_are_required_by_their_source(tiny, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    hub = changed(changed(tiny, "base_model.source", "hub"), "base_model.repo_id", "google/gemma-3-4b-it")
+    assert error(hub) == "params.yaml: base_model.revision: must be set when base_model.source is hub"
+    tpu = changed(tiny, "hardware.kind", "v6e-8")
+    assert error(tpu).startswith("params.yaml: hardware.tpu_env.TPU_ACCELERATOR_TYPE: missing")
+
+
+def test_not_a_mapping_at_the_top(monkeypatch):
+    for value in ([1, 2], None, "text", 3):
+        assert error(value, "x.yaml") == f"x.yaml: top level: expected a mapping of keys, got {value!r}"
+
+
+def test_a_file_that_is_not_yaml_or_not_text(tmp_path):
+    (tmp_path / "p.yaml").write_text("train: [steps: 1\n")
+    with pytest.raises(UserError, match=r"p.yaml: not valid YAML at line 2"):
+        schema.load(str(tmp_path / "p.yaml"))
+    (tmp_path / "p.yaml").write_bytes(b"train:\n  steps: \xff\xfe\n")
+    with pytest.raises(UserError, match=r"p.yaml: not UTF-8 text"):
+        schema.load(str(tmp_path / "p.yaml"))
+    with pytest.raises(UserError, match=r"nope.yaml: not found"):
+        schema.load(str(tmp_path / "nope.yaml"))
+
+
+def test_every_recipe_validates(monkeypatch):
+    monkeypatch.chdir(ROOT)  # recipes name their data relative to the project root
+    recipes = sorted((ROOT / "recipes").glob("*.yaml"))
+    assert {r.stem for r in recipes} >= {"tiny", "gemma3-4b-v6e-8"}
+    for recipe in recipes:
+        schema.load(str(recipe))
+
+
+def test_every_recipe_key_is_in_the_schema_and_back(tiny):
+    def keys(node, prefix=""):
+        out = []
+        for k, v in node.items():
+            out.append(prefix + k)
+            if isinstance(v, dict) and prefix + k != "hardware.tpu_env":
+                out += keys(v, f"{prefix}{k}.")
+        return out
+
+    assert sorted(keys(tiny)) == sorted(schema.leaf_paths())
+
+
+def test_the_published_json_schema_is_the_schema():
+    committed = json.loads((ROOT / "params.schema.json").read_text())
+    assert committed == schema.json_schema(), "params.schema.json is stale: run python -m tools.schema"
+    editor = json.loads((ROOT / ".vscode" / "settings.json").read_text())["yaml.schemas"]
+    assert editor == {"./params.schema.json": ["params.yaml", "recipes/*.yaml"]}
+
+
+def test_the_json_schema_accepts_the_recipes_and_refuses_what_pydantic_refuses(tiny):
+    """An editor checks with the JSON Schema, not with pydantic: the two must agree."""
+    import jsonschema
+    validator = jsonschema.Draft202012Validator(schema.json_schema())
+    assert list(validator.iter_errors(tiny)) == []
+    for dotted, value, message in CASES:
+        if ": must be " in message or dotted == "dataset.eval_split":
+            continue  # rules across keys or files: pydantic's side only
+        if isinstance(value, float) and value != value:
+            continue  # NaN is not JSON
+        assert list(validator.iter_errors(changed(tiny, dotted, value))), f"the JSON Schema accepts {dotted}={value!r}"
+
+
+def test_loaded_params_note_the_keys_a_stage_reads(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(schema, "keys_read", set())
+    p = schema.load("recipes/tiny.yaml")
+    _ = p["train"]["lora"]["rank"], p["runtime"].get("keep_scratch"), p["hardware"]
+    assert schema.keys_read == {"train", "train.lora", "train.lora.rank", "runtime", "runtime.keep_scratch", "hardware"}

@@ -1,0 +1,128 @@
+"""A spot VM's training continues on another VM: the working directory on gs:// (through
+fake-gcs-server, real MaxText writing its checkpoints there), named by content only, so a
+fresh clone in another directory that pulls the same inputs resumes it, and ends
+bit-identical to a run never interrupted (README: "Spot and preemptible VMs")."""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import clone_workspace, commit, env, set_param, sh, stages_run, train_losses
+from gcs_server import CLIENT_ENV, GcsServer
+from test_faults import flat_params, wait_for_session_to_end
+
+pytestmark = pytest.mark.slow
+BUCKET = "spot-tests"
+INPUTS = ["models/base-hf", "data/chat", "data/lengths", "models/base-maxtext"]
+
+
+@pytest.fixture(scope="module")
+def gcs(tmp_path_factory):
+    server = GcsServer(tmp_path_factory.mktemp("gcs"))
+    server.start()
+    server.create_bucket(BUCKET)
+    yield server
+    server.stop()
+
+
+def gcs_env(gcs: GcsServer) -> dict:
+    """Where every Google Cloud client the stages and MaxText use finds the emulator: gcsfs
+    (DVC, the stages, etils), tensorstore (Orbax's array data)."""
+    return {**CLIENT_ENV, "STORAGE_EMULATOR_HOST": gcs.url, "TENSORSTORE_GCS_HTTP_URL": gcs.url,
+            "GOOGLE_AUTH_TOKEN_FOR_TESTING": "anonymous"}
+
+
+def committed_steps(gcs: GcsServer) -> list[int]:
+    names = gcs.objects(BUCKET, "scratch/")
+    return sorted({int(n.split("/checkpoints/")[1].split("/")[0]) for n in names
+                   if "/checkpoints/" in n and n.endswith("/commit_success.txt")})
+
+
+def saved_metrics_reach(gcs: GcsServer, step: int) -> bool:
+    """The metrics lines saved beside the checkpoints include `step` (the train stage saves
+    them once a checkpoint and its step's line both exist)."""
+    import json
+    import urllib.request
+
+    names = [n for n in gcs.objects(BUCKET, "scratch/") if n.endswith("/metrics.jsonl")]
+    for name in names:
+        url = f"{gcs.url}/storage/v1/b/{BUCKET}/o/{urllib.request.quote(name, safe='')}?alt=media"
+        for line in urllib.request.urlopen(url, timeout=10).read().decode().splitlines():
+            if '"learning/loss"' in line and json.loads(line)["step"] >= step:
+                return True
+    return False
+
+
+def new_vm(origin: Path, parent: Path, gcs: GcsServer) -> Path:
+    """A fresh clone: its own directory and empty DVC cache, the bucket as its remote."""
+    root = parent / "workspace"
+    sh(["git", "clone", "-q", str(origin), str(root)], parent)
+    gcs.remote_config(root, BUCKET, "dvc")
+    return root
+
+
+def test_a_run_killed_on_one_vm_resumes_on_another_and_ends_bit_identical(tiny_run, gcs, tmp_path_factory):
+    origin = tmp_path_factory.mktemp("origin") / "project.git"
+    sh(["git", "init", "-q", "--bare", "-b", "main", str(origin)], origin.parent)
+
+    # VM 1: the tiny run's inputs, training redone into gs:// (checkpoint_period only changes
+    # when checkpoints are written, not the training: the result must be tiny_run's).
+    first = clone_workspace(tiny_run, tmp_path_factory.mktemp("vm1"))
+    gcs.remote_config(first, BUCKET, "dvc")
+    set_param(first, "runtime.scratch_dir", f"gs://{BUCKET}/scratch")
+    set_param(first, "runtime.keep_scratch", True)  # so that VM 3 below finds the final checkpoint
+    set_param(first, "train.checkpoint_period", 10)
+    # The compiled train step goes to the bucket too, so the next VM does not compile it again.
+    set_param(first, "runtime.compile_cache_dir", f"gs://{BUCKET}/jax-cache")
+    commit(first, "train into gs://, checkpoints every 10 steps, compile cache on gs://")
+    sh(["dvc", "push", *INPUTS], first, **gcs_env(gcs))  # the inputs, before training starts
+    sh(["git", "remote", "set-url", "origin", str(origin)], first)
+    sh(["git", "push", "-q", "origin", "main"], first)
+    run = subprocess.Popen(["dvc", "repro", "train"], cwd=first, env=env(**gcs_env(gcs)), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 900
+    while not (20 in committed_steps(gcs) and saved_metrics_reach(gcs, 20)):
+        assert run.poll() is None, "training ended before checkpoint 20"
+        assert time.monotonic() < deadline, "no checkpoint 20 on gs:// after 15 minutes"
+        time.sleep(0.5)
+    os.killpg(run.pid, signal.SIGKILL)  # the VM is taken back ...
+    run.wait()
+    wait_for_session_to_end(run.pid)
+    shutil.rmtree(first)  # ... with its disk
+
+    assert gcs.objects(BUCKET, "jax-cache/"), "VM 1 wrote no compiled program to gs://"
+
+    # VM 2: nothing of VM 1 but the bucket and the git server. (JAX_LOG_COMPILES: JAX logs
+    # each persistent-cache hit, which it otherwise does at debug level.)
+    second = new_vm(origin, tmp_path_factory.mktemp("vm2"), gcs)
+    proc = sh(["dvc", "repro", "--pull", "--allow-missing", "train"], second, **gcs_env(gcs), JAX_LOG_COMPILES="1")
+    out = proc.stdout + proc.stderr
+    assert stages_run(out) == ["train"], out[-3000:]  # every input pulled, none recomputed
+    resumed_at = int(out.split("train: resuming at step ", 1)[1].split(":")[0])
+    assert resumed_at >= 20, out[-3000:]
+    train_log = (second / "logs" / "train.log").read_text(errors="replace")
+    assert "Persistent compilation cache hit for 'jit_train_step'" in train_log or \
+        re.search(r"Persistent compilation cache hit for '[^']*train[^']*'", train_log), "VM 2 compiled the train step again"
+    resumed, uninterrupted = flat_params(second / "models" / "sft-maxtext" / "params"), flat_params(
+        tiny_run.path / "models" / "sft-maxtext" / "params")
+    assert resumed.keys() == uninterrupted.keys()
+    assert [k for k in resumed if not (resumed[k] == uninterrupted[k]).all()] == []
+    # The loss curve continues the killed run's, saved beside its checkpoints: no gap, no
+    # step twice, each the uninterrupted run's loss.
+    assert train_losses(second) == train_losses(tiny_run.path)
+
+    # VM 3: the final checkpoint is on gs:// and nothing is local: published, not retrained.
+    third = new_vm(origin, tmp_path_factory.mktemp("vm3"), gcs)
+    proc = sh(["dvc", "repro", "--pull", "--allow-missing", "train"], third, **gcs_env(gcs))
+    out = proc.stdout + proc.stderr
+    assert "the final checkpoint (step 40) is already there; publishing it" in out, out[-3000:]
+    assert "running maxtext.trainers.post_train.sft.train_sft" not in out
+    published = flat_params(third / "models" / "sft-maxtext" / "params")
+    assert [k for k in published if not (published[k] == uninterrupted[k]).all()] == []
+    assert train_losses(third) == train_losses(tiny_run.path)

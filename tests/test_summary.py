@@ -1,0 +1,31 @@
+"""tools/summary.py's lines from metric files' contents (in-process)."""
+
+from tools import summary
+
+FOUND = {
+    "metrics/dataset.json": {"train": {"rows": 207865, "skipped": 12}, "eval": {"rows": 2000, "skipped": 0}},
+    "metrics/token_lengths.json": {"train": {"rows": 207865, "median_tokens": 1093}},
+    "dvclive/metrics.json": {"run": {"steps": 1000, "first_step_loss": 2.5, "final_loss": 1.25, "final_eval_loss": 1.3,
+                                     "median_tokens_per_sec_per_device": 5123.4, "mfu": 0.41}},
+    "metrics/eval.json": {"eval": {"base_loss": 1.9, "fine_tuned_loss": 1.3, "base_perplexity": 6.69,
+                                   "fine_tuned_perplexity": 3.67, "target_tokens": 812345}},
+    "metrics/export_check.json": {"export": {"passed": False, "kl_max": 4.5e-5, "kl_mean": 2e-6, "top1_agreement": 1.0}},
+    "logs/stage_times.json": {"evaluate": 95.0, "train": 3725.0, "dataset": 40.2},
+}
+LIMITS = {"max_kl": 3e-5, "max_mean_kl": 5e-6}
+
+
+def test_a_whole_run():
+    assert summary.lines(FOUND, LIMITS) == [
+        "data        207,865 training conversations (12 bad rows skipped), median 1,093 tokens; 2,000 held out",
+        "training    1000 steps, loss 2.500 -> 1.250, held-out 1.300; 5,123 tokens/s per device, MFU 41.0%",
+        "held-out    loss 1.900 (base) -> 1.300 (fine-tuned), perplexity 6.69 -> 3.67, 812,345 target tokens",
+        "export      FAILED: max KL 4.5e-05 (limit 3e-05), mean KL 2e-06 (limit 5e-06), top-1 agreement 1.0000",
+        "time        dataset 40 s, train 1:02:05, evaluate 1:35; 1:04:20 in all (each stage's last run)",
+    ]
+
+
+def test_stages_not_run_yet_are_left_out():
+    assert summary.lines({"metrics/dataset.json": FOUND["metrics/dataset.json"]}, None) == [
+        "data        207,865 training conversations (12 bad rows skipped); 2,000 held out"]
+    assert summary.lines({}, None) == []

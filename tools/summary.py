@@ -1,0 +1,83 @@
+"""What the pipeline made, at a glance: the data, the loss before and after, the export check
+and how long each stage took.
+
+    python -m tools.summary
+
+Reads the metric files the stages wrote (metrics/*.json, dvclive/metrics.json) and the stage
+times `dvc repro` logged (logs/stage_times.json); runs nothing. A stage that has not run yet
+is left out. `dvc metrics show` has every figure; `dvc plots show` draws the curves.
+"""
+
+import json
+import os
+import sys
+
+from stages.lib.cli import STAGE_TIMES
+from stages.lib.params import load
+
+ORDER = ("base_model", "dataset", "token_lengths", "convert_in", "fit_check", "train", "convert_out", "evaluate")
+
+
+def read(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def duration(seconds: float) -> str:
+    """42 s, 1:35 (m:ss), 1:02:05 (h:mm:ss)."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    s = round(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def lines(found: dict[str, dict], limits: dict | None) -> list[str]:
+    """The summary's lines from the files' contents ({path: parsed JSON}); pure, for tests."""
+    out = []
+    data, lengths = found.get("metrics/dataset.json", {}), found.get("metrics/token_lengths.json", {})
+    if data:
+        train, held_out = data["train"], data["eval"]
+        median = lengths.get("train", {}).get("median_tokens")
+        out.append(f"data        {train['rows']:,} training conversations"
+                   + (f" ({train['skipped']} bad rows skipped)" if train["skipped"] else "")
+                   + (f", median {median:,} tokens" if median is not None else "") + f"; {held_out['rows']:,} held out")
+    run = found.get("dvclive/metrics.json", {}).get("run")
+    if run and run.get("steps"):
+        out.append(f"training    {run['steps']} steps, loss {run['first_step_loss']:.3f} -> {run['final_loss']:.3f}"
+                   + (f", held-out {run['final_eval_loss']:.3f}" if run.get("final_eval_loss") is not None else "")
+                   + f"; {run['median_tokens_per_sec_per_device']:,.0f} tokens/s per device"
+                   + (f", MFU {run['mfu']:.1%}" if run.get("mfu") is not None else ""))
+    heldout = found.get("metrics/eval.json", {}).get("eval")
+    if heldout:
+        out.append(f"held-out    loss {heldout['base_loss']:.3f} (base) -> {heldout['fine_tuned_loss']:.3f} (fine-tuned), "
+                   f"perplexity {heldout['base_perplexity']:,.4g} -> {heldout['fine_tuned_perplexity']:,.4g}, "
+                   f"{heldout['target_tokens']:,} target tokens")
+    export = found.get("metrics/export_check.json", {}).get("export")
+    if export:
+        limit = (lambda key: f" (limit {limits[key]:g})") if limits else (lambda key: "")
+        out.append(f"export      {'passed' if export['passed'] else 'FAILED'}: max KL {export['kl_max']:.2g}{limit('max_kl')}, "
+                   f"mean KL {export['kl_mean']:.2g}{limit('max_mean_kl')}, top-1 agreement {export['top1_agreement']:.4f}")
+    times = found.get(STAGE_TIMES, {})
+    if times:
+        ran = [s for s in ORDER if s in times] + sorted(set(times) - set(ORDER))
+        out.append("time        " + ", ".join(f"{s} {duration(times[s])}" for s in ran)
+                   + f"; {duration(sum(times[s] for s in ran))} in all (each stage's last run)")
+    return out
+
+
+def main() -> None:
+    paths = ["metrics/dataset.json", "metrics/token_lengths.json", "dvclive/metrics.json", "metrics/eval.json",
+             "metrics/export_check.json", STAGE_TIMES]
+    found = {p: read(p) for p in paths}
+    limits = load()["convert_out"]["check"] if os.path.exists("params.yaml") else None
+    summary = lines(found, limits)
+    if not summary:
+        sys.exit("summary: nothing to summarise yet; run `dvc repro` first")
+    print("\n".join(summary))
+
+
+if __name__ == "__main__":
+    main()
