@@ -21,53 +21,14 @@ restores the newest complete checkpoint, with the data stream continued where th
 left it (stages/lib/stream.py, stages/lib/data_position.py).
 """
 
-import json
 import os
 import sys
 
-import numpy as np
-
-from stages.lib import flags, gemma3, hardware, maxtext, outputs, paths, stream, train_metrics, workdir
+from stages.lib import flags, gemma3, hardware, launch, maxtext, outputs, paths, train_data, train_metrics, workdir
 from stages.lib.cli import StageFailed, run
 from stages.lib.params import load
 
 PROFILE = os.path.join("logs", "profile")
-
-
-def count_truncated(params: dict) -> int:
-    """Conversations longer than train.max_target_length (from the token_lengths stage): said,
-    since MaxText cuts them silently and their ends, usually the answer, are never trained on."""
-    max_length = params["train"]["max_target_length"]
-    lengths = np.load(os.path.join(paths.LENGTHS, "train.npy"))
-    too_long = int((lengths > max_length).sum())
-    if too_long:
-        print(f"train: {too_long} of {len(lengths)} training conversations are longer than train.max_target_length="
-              f"{max_length} tokens; MaxText truncates them, so their ends are never trained on", flush=True)
-    return too_long
-
-
-def data_for(params: dict, work: workdir.Workdir, step: int) -> str:
-    """The stream MaxText reads: from its start, or after the rows `step` finished steps used."""
-    t = params["train"]
-    full = os.path.join(work.local, "stream.jsonl")
-    if not os.path.exists(full):
-        packing = stream.packing_for(params, np.load(os.path.join(paths.LENGTHS, "train.npy")))
-        stream.write(os.path.join(paths.DATA, "train.jsonl"), full, t["seed"], t["num_epochs"], packing)
-    if step == 0:
-        return full
-    report = f"position-{step}.json"  # computed once per resume point, kept beside the checkpoints
-    work.restore(report)
-    if not os.path.exists(os.path.join(work.local, report)):
-        maxtext.run("train.data_position", flags.data_position(params, work.url, full, step, os.path.join(work.local, report)),
-                    params)
-        work.save(report)
-    with open(os.path.join(work.local, report)) as f:
-        consumed = json.load(f)["rows"]
-    resumed = os.path.join(work.local, f"stream-from-step-{step}.jsonl")
-    stream.skip(full, consumed, resumed)
-    print(f"train: resuming at step {step}: the data stream continues after the {consumed} conversations "
-          "those steps trained on", flush=True)
-    return resumed
 
 
 def keeper(work: workdir.Workdir, keep: int):
@@ -87,6 +48,16 @@ def keeper(work: workdir.Workdir, keep: int):
     return poll
 
 
+def one_process(params: dict) -> bool:
+    return hardware.hosts(params) == 1 and params["runtime"]["launcher"] == "local"
+
+
+def job(params: dict, work: workdir.Workdir, streams: list[str], upload: bool = True) -> flags.Invocation:
+    """The training every host of a multi-host job runs, its inputs staged on gs:// (train_data.stage)."""
+    train_file, staged = train_data.stage(params, work, streams, upload)
+    return flags.train(params, work.url, os.path.relpath(work.metrics_file), train_file, staged)
+
+
 def train(params: dict, work: workdir.Workdir, curve: train_metrics.Curve) -> None:
     """Runs MaxText until the final checkpoint exists (at once, if a killed run left it),
     logging its metrics to `curve` as it goes (a resumed run's begin with the killed one's)."""
@@ -97,9 +68,12 @@ def train(params: dict, work: workdir.Workdir, curve: train_metrics.Curve) -> No
         return
     interval = params["train"]["eval_interval"]
     curve.add(train_metrics.steps(work.metrics_file), train_metrics.evals(work.metrics_file, interval), up_to=done)
-    invocation = flags.train(params, work.url, work.metrics_file, data_for(params, work, done))
-    maxtext.run("train", invocation, params,
-                progress=train_metrics.reporter(work.metrics_file, total, interval, on_poll=keeper(work, keep), curve=curve))
+    progress = train_metrics.reporter(work.metrics_file, total, interval, on_poll=keeper(work, keep), curve=curve)
+    streams = train_data.streams_from(params, work, done)
+    if one_process(params):
+        maxtext.run("train", flags.train(params, work.url, work.metrics_file, streams[0]), params, progress=progress)
+    else:
+        launch.run("train", job(params, work, streams), params, work.name, progress)
     work.prune(keep)
     work.save(workdir.METRICS_FILE)
     if total not in work.complete_steps():
@@ -134,13 +108,17 @@ def main() -> None:
     gemma3.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
     work = workdir.for_params(params)
     if "--dry-run" in sys.argv:
-        stream_path = os.path.join(work.local, "stream.jsonl")
-        maxtext.dry_run("train", flags.train(params, work.url, work.metrics_file, stream_path), params)
+        if one_process(params):
+            maxtext.dry_run("train", flags.train(params, work.url, work.metrics_file, train_data.stream_names(params, work)[0]),
+                            params)
+        else:
+            invocation = job(params, work, train_data.stream_names(params, work), upload=False)
+            maxtext.dry_run("train", invocation, params, plan=launch.describe(params, invocation, work.name))
         return
     hardware.check_present(params)
     hardware.check_training_disk(params, work.url, gemma3.parameter_count(paths.BASE_HF), paths.SFT_MAXTEXT,
                                  flags.lora_enabled(params))
-    truncated = count_truncated(params)
+    truncated = train_data.count_truncated(params)
     with work.lock():
         print(f"train: working directory {work.url}", flush=True)
         work.restore(workdir.METRICS_FILE)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, with_real_4b_config
-from stages.lib import flags
+from stages.lib import flags, maxtext
 from stages.lib.params import load
 
 
@@ -125,14 +125,19 @@ def test_the_tiny_recipe_runs_on_the_cpu(tiny_base, tmp_path, monkeypatch):
     assert kv(flags.train(p, "w", "m", "s").args)["grain_worker_count"] == "1"
     assert kv(flags.data_position(p, "w", "s", 10, "r").args)["grain_worker_count"] == "0"
 
-    # A job of two CPU processes joins JAX's distributed runtime: no skip flag, inputs staged.
+    # A job of two CPU processes joins JAX's distributed runtime: no skip flag, inputs staged
+    # (stages/lib/train_data.py), no path of this machine.
     p["hardware"]["hosts"] = 2
-    staged = flags.Staged("gs://b/in/base/0/items", "gs://b/in/tok", ".cache/inputs/tok", "gs://b/in/eval.jsonl")
-    job = flags.train(p, "gs://b/work", "logs/m.jsonl", "gs://b/work/data/host-*.jsonl", staged)
+    staged = flags.Staged("gs://b/in/base/items", ".scratch/w/worker-inputs/files", ".scratch/w/worker-inputs/files/eval.jsonl",
+                          {"gs://b/in/files": ".scratch/w/worker-inputs/files"})
+    job = flags.train(p, "gs://b/work", ".scratch/w/metrics.jsonl", ".scratch/w/worker-inputs/from-step-0/host-*.jsonl", staged)
     args = kv(job.args)
     assert "skip_jax_distributed_system=true" not in job.args and "hardware=cpu" in job.args
     assert job.args[0] == "maxtext:configs/post_train/sft.yml"  # resolved by each worker in its own install
-    assert (args["tokenizer_path"], args["load_parameters_path"], args["hf_eval_files"]) == (
-        ".cache/inputs/tok", "gs://b/in/base/0/items", "gs://b/in/eval.jsonl")
-    assert job.fetch == {"gs://b/in/tok": ".cache/inputs/tok"}
-    assert not [a for a in job.args if str(tmp_path) in a or a.startswith("/")]  # no path of this machine
+    assert (args["tokenizer_path"], args["load_parameters_path"], args["hf_eval_files"], args["hf_train_files"]) == (
+        ".scratch/w/worker-inputs/files", "gs://b/in/base/items", ".scratch/w/worker-inputs/files/eval.jsonl",
+        ".scratch/w/worker-inputs/from-step-0/host-*.jsonl")
+    assert "--fetch" in maxtext.command(job) and "gs://b/in/files=.scratch/w/worker-inputs/files" in maxtext.command(job)
+    inputs = {k: v for k, v in args.items() if k in {"tokenizer_path", "load_parameters_path", "hf_train_files",
+                                                     "hf_eval_files", "base_output_directory", "metrics_file"}}
+    assert not [v for v in inputs.values() if v.startswith("/") or str(tmp_path) in v]

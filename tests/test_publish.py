@@ -95,6 +95,7 @@ def test_publish_refuses_in_one_line_before_sending_anything(hub, tiny_run, tmp_
     (failed / "models" / "sft-hf").mkdir(parents=True)
     (failed / "metrics").mkdir()
     (failed / "params.yaml").write_text((tiny_run.path / "params.yaml").read_text())
+    (failed / "assets").symlink_to(tiny_run.path / "assets")  # the recipe's data, which params.yaml names
     (failed / "models" / "sft-hf" / "config.json").write_text("{}")
     (failed / "metrics" / "export_check.json").write_text(json.dumps({"export": {"passed": False}}))
     home = tmp_path / "no-login"  # no token stored by `hf auth login`

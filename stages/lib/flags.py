@@ -41,10 +41,10 @@ class Invocation:
 class Staged:
     """A multi-host job's inputs, where every host reads them (stages/lib/train_data.py)."""
 
-    base_params: str  # gs://.../items: the converted base checkpoint
-    tokenizer: str  # gs://... directory of the HF tokenizer files ...
-    tokenizer_local: str  # ... which each worker copies here (transformers reads local files only)
-    eval_file: str  # gs://.../eval.jsonl
+    base_params: str  # gs://.../items: the converted base checkpoint, read by Orbax
+    tokenizer: str  # each worker's copy of the tokenizer files ...
+    eval_file: str  # ... and of the eval split (transformers and datasets read local files)
+    fetch: dict[str, str]  # {gs:// directory: the worker-local copy}, made before MaxText starts
 
 
 def config_file(module: str, portable: bool = False) -> str:
@@ -97,12 +97,12 @@ def data(params: dict, train_file: str | None = None, workers: int | None = None
     `staged`: a multi-host job's inputs (train_file then names every host's stream)."""
     t = params["train"]
     workers = params["runtime"]["data_workers"] if workers is None else workers
-    tokenizer = staged.tokenizer_local if staged else _abs(paths.BASE_HF)
+    tokenizer = staged.tokenizer if staged else _abs(paths.BASE_HF)
     eval_file = staged.eval_file if staged else _abs(os.path.join(paths.DATA, "eval.jsonl"))
     return [
         f"tokenizer_path={tokenizer}",
         "hf_path=json",
-        f"hf_train_files={_abs(train_file or os.path.join(paths.DATA, 'train.jsonl'))}",
+        f"hf_train_files={train_file if staged else _abs(train_file or os.path.join(paths.DATA, 'train.jsonl'))}",
         "train_split=train",
         "train_data_columns=['messages']",
         f"hf_eval_files={eval_file}",
@@ -176,7 +176,7 @@ def train(params: dict, output_dir: str, metrics_file: str, train_file: str, sta
         *checkpoint_storage(params),
         *profiler(params),
     ]
-    return Invocation(TRAIN_SFT, args, fetch={staged.tokenizer: staged.tokenizer_local} if staged else {})
+    return Invocation(TRAIN_SFT, args, fetch=staged.fetch if staged else {})
 
 
 def profiler(params: dict) -> list[str]:

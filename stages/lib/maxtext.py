@@ -37,19 +37,22 @@ class MaxTextFailed(StageFailed):
         self.log_path = log_path
 
 
-def child_env(params: dict) -> dict:
-    # TPU_* come from the recipe (hardware.tpu_env), never from whatever the shell had set.
-    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV and not k.startswith("TPU_")}
-    env.update(hardware.tpu_env(params))
-    env.update(
-        HF_HUB_OFFLINE="1",  # inputs are local; without these MaxText still makes DNS look-ups
-        HF_DATASETS_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        TF_CPP_MIN_LOG_LEVEL="2",
-    )
+def job_env(params: dict) -> dict[str, str]:
+    """What MaxText's process is given on top of its machine's environment: the recipe's TPU
+    settings, offline mode (inputs are local; without these MaxText still makes DNS
+    look-ups), the CPU platform. A remote worker gets exactly these (stages/lib/launch.py)."""
+    env = dict(hardware.tpu_env(params))
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TF_CPP_MIN_LOG_LEVEL="2")
     if params["hardware"]["kind"] == "cpu":
         env.update(JAX_PLATFORMS="cpu", DECOUPLE_GCLOUD="TRUE")
     return env
+
+
+def child_env(params: dict) -> dict[str, str]:
+    """This machine's environment for MaxText's process, less credentials; TPU_* come from the
+    recipe (hardware.tpu_env), never from whatever the shell had set."""
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV and not k.startswith("TPU_")}
+    return {**env, **job_env(params)}
 
 
 def command(invocation: Invocation) -> list[str]:
@@ -59,12 +62,15 @@ def command(invocation: Invocation) -> list[str]:
         cmd += ["--hf-config", invocation.hf_config]
     if invocation.hf_layout:
         cmd += ["--hf-layout", invocation.hf_layout]
+    for url, local in sorted(invocation.fetch.items()):
+        cmd += ["--fetch", f"{url}={local}"]
     return cmd + ["--"] + invocation.args
 
 
-def dry_run(stage: str, invocation: Invocation, params: dict) -> None:
-    """Prints the exact command a stage would run and has MaxText validate its configuration."""
-    print(f"{stage}: would run:\n  " + " \\\n    ".join(command(invocation)), flush=True)
+def dry_run(stage: str, invocation: Invocation, params: dict, plan: str | None = None) -> None:
+    """Prints the exact command a stage would run (or `plan`: a job's, stages/lib/launch.py)
+    and has MaxText validate its configuration."""
+    print(f"{stage}: " + (plan or "would run:\n  " + " \\\n    ".join(command(invocation))), flush=True)
     check = [sys.executable, "-m", "stages.lib.maxtext_main", invocation.module, "--validate-only", "--", *invocation.args]
     # Validation only: on any machine, without touching an accelerator.
     proc = subprocess.run(check, env={**child_env(params), **invocation.env, "JAX_PLATFORMS": "cpu"},

@@ -101,6 +101,7 @@ def fetch(url: str, local: str) -> None:
         return
     fs, root = fsspec.core.url_to_fs(url)
     tmp = f"{local}.tmp-{os.getpid()}"
+    os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
     fs.get(root.rstrip("/") + "/", tmp, recursive=True)
     open(os.path.join(tmp, ".complete"), "w").close()
     if os.path.exists(local) and not os.path.exists(os.path.join(local, ".complete")):

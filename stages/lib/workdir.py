@@ -97,8 +97,9 @@ def input_hashes(params: dict, stage: str = "train") -> dict:
 
 def for_params(params: dict, stage: str = "train") -> "Workdir":
     keys, _ = declared(stage)
-    name = PREFIX + digest(tracked_values(params, keys), input_hashes(params, stage), trainer_versions())
-    return Workdir(params["runtime"]["scratch_dir"], name)
+    inputs = input_hashes(params, stage)
+    name = PREFIX + digest(tracked_values(params, keys), inputs, trainer_versions())
+    return Workdir(params["runtime"]["scratch_dir"], name, inputs=inputs)
 
 
 class Workdir:
@@ -111,8 +112,9 @@ class Workdir:
     disk continues the same curve (`restore`); the stream itself is rewritten from the data.
     """
 
-    def __init__(self, scratch_dir: str, name: str, run_name: str = "sft"):
+    def __init__(self, scratch_dir: str, name: str, run_name: str = "sft", inputs: dict | None = None):
         self.name = name
+        self.inputs = inputs or {}  # what identified it (input_hashes): also keys the inputs staged for many hosts
         remote = "://" in scratch_dir
         local_scratch = ".scratch" if remote else scratch_dir
         self.url = f"{scratch_dir.rstrip('/')}/{name}" if remote else os.path.abspath(os.path.join(scratch_dir, name))
@@ -130,6 +132,7 @@ class Workdir:
         """Steps with a finished checkpoint. Locally Orbax renames a step's directory into place
         when it is done; on GCS, which cannot rename atomically, the directory has its final
         name from the start and a commit_success.txt in it says it is done."""
+        self.fs.invalidate_cache()  # MaxText's processes write there: gcsfs's listing cache is stale
         if not self.fs.exists(self.checkpoints):
             return []
         names = (p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self.checkpoints, detail=False))

@@ -1,0 +1,139 @@
+"""What the train stage hands MaxText to read: the data stream (stages/lib/stream.py), continued
+after a resume, and, for a job of several hosts, every input staged on gs:// where each host
+reads it.
+
+One host: MaxText reads the stream, the tokenizer and the eval split from this machine's disk.
+
+Several hosts (hardware.hosts > 1): nothing a host reads may come from one machine's disk.
+  <scratch>/inputs/base-maxtext-<key>/items  the converted base checkpoint, read by Orbax
+  <scratch>/inputs/files-<key>/              the tokenizer files and eval.jsonl
+  <work>/inputs/from-step-<N>/host-<i>.jsonl each host's stream from step N on
+The two under inputs/ are keyed by their content (what made them), so they are uploaded once
+for every run on the same base and data; each upload is complete only with its .complete
+marker, so one cut short is uploaded again. Each worker copies the small ones (tokenizer,
+eval split, the streams) to .scratch/<work>/worker-inputs/ before MaxText starts (maxtext_main --fetch:
+transformers and MaxText's JSON reader take local files); Orbax reads the checkpoint from
+gs:// itself.
+"""
+
+import hashlib
+import json
+import os
+
+import fsspec
+import numpy as np
+
+from stages.lib import flags, hardware, maxtext, paths, stream, workdir
+
+INPUTS = "inputs"
+TOKENIZER_SKIP = (".safetensors", ".safetensors.index.json", ".bin", ".pth")  # weights: not the tokenizer's
+
+
+def count_truncated(params: dict) -> int:
+    """Conversations longer than train.max_target_length (from the token_lengths stage): said,
+    since MaxText cuts them silently and their ends, usually the answer, are never trained on."""
+    max_length = params["train"]["max_target_length"]
+    lengths = np.load(os.path.join(paths.LENGTHS, "train.npy"))
+    too_long = int((lengths > max_length).sum())
+    if too_long:
+        print(f"train: {too_long} of {len(lengths)} training conversations are longer than train.max_target_length="
+              f"{max_length} tokens; MaxText truncates them, so their ends are never trained on", flush=True)
+    return too_long
+
+
+def stream_names(params: dict, work: workdir.Workdir) -> list[str]:
+    """Where each host's stream from step 0 is written (one file for one host)."""
+    hosts = hardware.hosts(params)
+    names = ["stream.jsonl"] if hosts == 1 else [os.path.join("from-step-0", f"host-{i:03d}.jsonl") for i in range(hosts)]
+    return [os.path.join(work.local, n) for n in names]
+
+
+def full_streams(params: dict, work: workdir.Workdir) -> list[str]:
+    """Each host's stream from step 0 (written once per working directory)."""
+    t, hosts = params["train"], hardware.hosts(params)
+    out = stream_names(params, work)
+    missing = [i for i, path in enumerate(out) if not os.path.exists(path)]
+    if missing:
+        packing = stream.packing_for(params, np.load(os.path.join(paths.LENGTHS, "train.npy")))
+        for i in missing:
+            os.makedirs(os.path.dirname(out[i]), exist_ok=True)
+            stream.write(os.path.join(paths.DATA, "train.jsonl"), out[i], t["seed"], t["num_epochs"], packing, hosts, i)
+    return out
+
+
+def streams_from(params: dict, work: workdir.Workdir, step: int) -> list[str]:
+    """The streams MaxText reads: from their start, or after the rows `step` finished steps used."""
+    full = full_streams(params, work)
+    if step == 0:
+        return full
+    report = f"position-{step}.json"  # computed once per resume point, kept beside the checkpoints
+    work.restore(report)
+    if not os.path.exists(os.path.join(work.local, report)):
+        replay = flags.data_position(params, work.url, full[0], step, os.path.join(work.local, report),
+                                     streams=full if len(full) > 1 else None)
+        maxtext.run("train.data_position", replay, params)
+        work.save(report)
+    with open(os.path.join(work.local, report)) as f:
+        consumed = json.load(f)["rows"]
+    consumed = consumed if isinstance(consumed, list) else [consumed]
+    if len(full) == 1:
+        resumed = [os.path.join(work.local, f"stream-from-step-{step}.jsonl")]
+    else:
+        resumed = [os.path.join(work.local, f"from-step-{step}", f"host-{i:03d}.jsonl") for i in range(len(full))]
+    for source, rows, out in zip(full, consumed, resumed):
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        stream.skip(source, rows, out)
+    print(f"train: resuming at step {step}: the data stream continues after the {sum(consumed)} conversations "
+          "those steps trained on", flush=True)
+    return resumed
+
+
+def key(value) -> str:
+    """A short name for what made an input (12 hex digits of its JSON)."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def upload_once(local_dir: str, url: str, files: list[str] | None = None) -> bool:
+    """Copies local_dir (or just `files` in it) to url, unless a complete copy is there; the
+    .complete marker goes last. Returns whether anything was uploaded."""
+    fs, root = fsspec.core.url_to_fs(url)
+    if fs.exists(f"{root}/.complete"):
+        return False
+    if files is None:
+        fs.put(local_dir.rstrip("/") + "/", root, recursive=True)
+    else:
+        for name in files:
+            fs.put_file(os.path.join(local_dir, name), f"{root}/{name}")
+    fs.pipe_file(f"{root}/.complete", b"")
+    return True
+
+
+def stage(params: dict, work: workdir.Workdir, streams: list[str], upload: bool = True) -> tuple[str, flags.Staged]:
+    """Uploads what every host reads (the module docstring; `upload` False: only names it, for
+    --dry-run); returns hf_train_files as each worker sees it and the job's staged inputs."""
+    scratch = params["runtime"]["scratch_dir"].rstrip("/")
+    made = work.inputs or workdir.input_hashes(params)
+    base_url = f"{scratch}/{INPUTS}/base-maxtext-{key(made.get(paths.BASE_MAXTEXT))}/items"
+    files_url = f"{scratch}/{INPUTS}/files-{key([made.get(paths.BASE_HF), made.get(paths.DATA)])}"
+    from_step = os.path.dirname(streams[0])  # <work.local>/from-step-N
+    streams_url = f"{work.url}/{INPUTS}/{os.path.basename(from_step)}"
+    if upload:
+        if upload_once(paths.BASE_MAXTEXT_PARAMS, base_url):
+            print(f"train: staged the base checkpoint at {base_url}", flush=True)
+        tokenizer = sorted(n for n in os.listdir(paths.BASE_HF)
+                           if not n.endswith(TOKENIZER_SKIP) and os.path.isfile(os.path.join(paths.BASE_HF, n)))
+        staging = os.path.join(work.local, "files")  # hard links: one directory to upload from
+        os.makedirs(staging, exist_ok=True)
+        for source in [os.path.join(paths.BASE_HF, n) for n in tokenizer] + [os.path.join(paths.DATA, "eval.jsonl")]:
+            if not os.path.exists(os.path.join(staging, os.path.basename(source))):
+                os.link(source, os.path.join(staging, os.path.basename(source)))
+        upload_once(staging, files_url, [*tokenizer, "eval.jsonl"])
+        upload_once(from_step, streams_url, [os.path.basename(s) for s in streams])
+
+    # Where each worker copies them: relative to the project directory it runs in (on this
+    # machine too, apart from what was staged from, so that every worker reads the same bytes).
+    copies = os.path.join(os.path.relpath(work.local), "worker-inputs")
+    files_local, streams_local = os.path.join(copies, "files"), os.path.join(copies, os.path.basename(from_step))
+    staged = flags.Staged(base_params=base_url, tokenizer=files_local, eval_file=os.path.join(files_local, "eval.jsonl"),
+                          fetch={files_url: files_local, streams_url: streams_local})
+    return os.path.join(streams_local, "host-*.jsonl"), staged
