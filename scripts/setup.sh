@@ -35,3 +35,14 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m uv pip install -q --python .venv/bin/python --no-deps -r requirements/cpu.lock
   echo "$want" > "$stamp"
 fi
+
+# .venv-xpk: XPK (requirements/xpk.lock), apart from MaxText's set (its google-cloud pins
+# differ), for tests/test_launch.py, which checks the workload command with xpk's own parser.
+stamp=.venv-xpk/.xpk-lock.sha256
+want=$(sha256sum requirements/xpk.lock | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing requirements/xpk.lock into .venv-xpk"
+  [ -x .venv-xpk/bin/python ] || .venv/bin/python -m venv .venv-xpk
+  .venv/bin/python -m uv pip install -q --python .venv-xpk/bin/python --no-deps -r requirements/xpk.lock
+  echo "$want" > "$stamp"
+fi

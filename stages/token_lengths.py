@@ -34,7 +34,8 @@ def main() -> None:
     hardware.check_present(params)
     with outputs.staged_dir(paths.LENGTHS) as tmp:
         splits = {os.path.join(paths.DATA, f"{split}.jsonl"): os.path.join(tmp, f"{split}.npy") for split in SPLITS}
-        maxtext.run("token_lengths", flags.token_lengths(splits), params)
+        # Tokenising only: on the CPU, leaving the accelerator (and its runtime settings) alone.
+        maxtext.run("token_lengths", flags.token_lengths(splits), flags.on_cpu(params))
         report = {split: summary(np.load(os.path.join(tmp, f"{split}.npy"))) for split in SPLITS}
     outputs.write_json(METRICS, report)
     t = report["train"]

@@ -14,6 +14,10 @@ data/chat/train.jsonl and writes
                         train.eval_interval steps), metrics.json (latest values; at the end
                         the run's summary: final loss, tokens/s, step time, MFU)
 
+With hardware.hosts > 1 (a multi-host TPU slice, or processes on this CPU) the same training
+runs as one JAX job on every host, started by runtime.launcher (stages/lib/launch.py), its
+inputs staged on the gs:// scratch (stages/lib/train_data.py).
+
 MaxText works in <runtime.scratch_dir>/train-<digest of what it trains> (stages/lib/workdir.py),
 outside DVC's outputs, keeping the newest runtime.keep_checkpoints checkpoints. A run that
 was killed leaves it behind; the next `dvc repro` with the same inputs finds it and MaxText

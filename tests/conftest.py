@@ -129,6 +129,18 @@ def tiny_base(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture
+def project_4b(tmp_path, monkeypatch) -> dict:
+    """A directory laid out like the project, holding the 4B recipe and the real 4B config;
+    returns its params (the working directory is it)."""
+    from stages.lib.params import load
+
+    shutil.copy(REPO / "recipes" / "gemma3-4b-v6e-8.yaml", tmp_path / "params.yaml")
+    with_real_4b_config(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    return load()
+
+
 def with_real_4b_config(root: Path) -> Path:
     """models/base-hf as far as the checks and flags need it: google/gemma-3-4b-it's
     config.json and an index naming its tensors in the Hub's layout (no weights)."""

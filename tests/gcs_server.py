@@ -5,6 +5,7 @@ that survives restarts, so tests can take it away in the middle of a transfer an
 back. DVC reaches it through the remote's `endpointurl` with anonymous access.
 """
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -82,3 +83,16 @@ class GcsServer:
         sh(["dvc", "remote", "modify", "--local", name, "url", f"gs://{bucket}/{prefix}"], root)
         sh(["dvc", "remote", "modify", "--local", name, "endpointurl", self.url], root)
         sh(["dvc", "remote", "modify", "--local", name, "allow_anonymous_login", "true"], root)
+
+
+@contextlib.contextmanager
+def running(root: Path, *buckets: str):
+    """A started server holding `buckets`, stopped on exit (a test module's fixture)."""
+    server = GcsServer(root)
+    server.start()
+    try:
+        for bucket in buckets:
+            server.create_bucket(bucket)
+        yield server
+    finally:
+        server.stop()

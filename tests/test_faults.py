@@ -22,11 +22,11 @@ pytestmark = pytest.mark.slow
 class Repro:
     """`dvc repro ...` running in the background in its own session, to be killed."""
 
-    def __init__(self, root: Path, *args: str, name: str = "repro"):
+    def __init__(self, root: Path, *args: str, name: str = "repro", **env_extra: str):
         self.root = root
         self.log_path = root.parent / f"{name}.log"
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(["dvc", "repro", *args], cwd=root, env=env(), stdout=self.log,
+        self.proc = subprocess.Popen(["dvc", "repro", *args], cwd=root, env=env(**env_extra), stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
 
     def output(self) -> str:

@@ -5,20 +5,10 @@ import os
 import shutil
 from pathlib import Path
 
-import pytest
 
-from conftest import REPO, with_real_4b_config
+from conftest import REPO
 from stages.lib import flags, maxtext
 from stages.lib.params import load
-
-
-@pytest.fixture
-def project_4b(tmp_path, monkeypatch) -> dict:
-    """A directory laid out like the project, holding the 4B recipe and the real 4B config."""
-    shutil.copy(REPO / "recipes" / "gemma3-4b-v6e-8.yaml", tmp_path / "params.yaml")
-    with_real_4b_config(tmp_path)
-    monkeypatch.chdir(tmp_path)
-    return load()
 
 
 def kv(args: list[str]) -> dict[str, str]:

@@ -43,7 +43,7 @@ def test_metrics_read_at_a_glance(tiny_run):
         "metrics/token_lengths.json": {"train", "eval"},
         "metrics/fit_check.json": {"fit"},
         "dvclive/metrics.json": {"train", "run", "step"},
-        "metrics/export_check.json": {"export", "prompts", "config_differences"},
+        "metrics/export_check.json": {"export"},  # its per-prompt lists are not metrics columns
         "metrics/eval.json": {"eval"},
     }, groups
     assert files["metrics/dataset.json"]["data"]["train"]["rows"] == files["metrics/token_lengths.json"]["data"]["train"]["rows"]
@@ -54,5 +54,5 @@ def test_metrics_read_at_a_glance(tiny_run):
     assert f"loss {heldout['base_loss']:.3f} (base) -> {heldout['fine_tuned_loss']:.3f} (fine-tuned)" in summary[2]
     assert summary[3].startswith("export      passed: max KL")
     times = json.loads((tiny_run.path / "logs" / "stage_times.json").read_text())
-    assert set(times) == ALL_STAGES and all(t > 0 for t in times.values())
+    assert set(times) == ALL_STAGES and all(t >= 0 for t in times.values())  # CPU fit_check: ~0 s
     assert all(stage in summary[4] for stage in ALL_STAGES)

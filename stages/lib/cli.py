@@ -53,7 +53,7 @@ def record_time(stage: str, seconds: float) -> None:
             times = json.load(f)
     except (OSError, ValueError):
         times = {}
-    times[stage] = round(seconds, 1)
+    times[stage] = round(seconds, 2)
     outputs.write_json(STAGE_TIMES, times)
 
 

@@ -71,14 +71,15 @@ def on_cpu(params: dict) -> dict:
     return {**params, "hardware": {"kind": "cpu", "hosts": 1, "tpu_env": None}}
 
 
-def common(params: dict) -> list[str]:
-    """What every entry point gets: the base checkpoint's architecture, the hardware, caches."""
+def common(params: dict, processes: int = 1) -> list[str]:
+    """What every entry point gets: the base checkpoint's architecture, the hardware, caches.
+    `processes`: of the job (only training runs as several: stages/lib/launch.py)."""
     args = gemma3.maxtext_model_args(paths.BASE_HF, params["model"]["maxtext_name"])
     args += [f"scan_layers={_bool(params['model']['scan_layers'])}",
              f"jax_cache_dir={_abs(params['runtime']['compile_cache_dir'])}"]
     if params["hardware"]["kind"] == "cpu":
         args += ["hardware=cpu"]
-        if hardware.hosts(params) == 1:  # a job of several CPU processes joins up (stages/lib/launch.py)
+        if processes == 1:  # a job of several CPU processes joins JAX's distributed runtime
             args += ["skip_jax_distributed_system=true"]
     return args
 
@@ -166,7 +167,8 @@ def train(params: dict, output_dir: str, metrics_file: str, train_file: str, sta
     """The training run; with `staged`, one every host of a multi-host job can run: its inputs
     on gs://, no path of this machine in it (stages/lib/launch.py)."""
     t = params["train"]
-    args = [config_file(TRAIN_SFT, portable=staged is not None), *common(params), *data(params, train_file, staged=staged),
+    args = [config_file(TRAIN_SFT, portable=staged is not None), *common(params, hardware.hosts(params)),
+            *data(params, train_file, staged=staged),
             *_training(params, staged),
         f"base_output_directory={output_dir}",
         f"eval_interval={t['eval_interval'] or -1}",

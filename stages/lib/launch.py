@@ -96,10 +96,12 @@ def xpk_create(params: dict, invocation: Invocation, workload: str) -> list[str]
     """`xpk workload create` for the job: every pod of the workload runs the same line, in the
     image's project directory (/app, Dockerfile)."""
     x = params["runtime"]["xpk"]
-    line = worker_line(invocation, {**maxtext.job_env(params), **invocation.env}, "/app", "python")
+    line = worker_line(invocation, {**maxtext.job_env(params), **invocation.env}, "/app", ".venv/bin/python")
     return ["xpk", "workload", "create", f"--cluster={x['cluster']}", f"--workload={workload}",
             f"--docker-image={x['docker_image']}", f"--tpu-type={params['hardware']['kind']}", "--num-slices=1",
-            f"--command={line}", *[f"--{k}={x[k]}" for k in ("project", "zone") if x.get(k)]]
+            # Not restarted by XPK: a restart would rerun the same line, with the stream from
+            # its start against a later checkpoint. `dvc repro` again resumes it correctly.
+            "--max-restarts=0", f"--command={line}", *[f"--{k}={x[k]}" for k in ("project", "zone") if x.get(k)]]
 
 
 def xpk_wait(params: dict, workload: str) -> list[str]:
@@ -121,8 +123,11 @@ def run(stage: str, invocation: Invocation, params: dict, work_name: str, progre
         if created.returncode != 0:
             raise StageFailed(f"xpk workload create failed: {(created.stderr or created.stdout).strip()[-2000:]}")
         log = os.path.join(maxtext.LOG_DIR, f"{stage}.xpk.log")
+        # No step lines: the metrics file MaxText writes is inside the workload's pods.
+        print(f"{stage}: XPK workload {workload} created; its logs: xpk workload list --cluster="
+              f"{params['runtime']['xpk']['cluster']} (Cloud Logging link there)", flush=True)
         waiter = maxtext.Worker(f"XPK workload {workload}", xpk_wait(params, workload), maxtext.child_env(params), log)
-        maxtext.run_workers(stage, invocation.module, [waiter], progress)
+        maxtext.run_workers(stage, invocation.module, [waiter])
         return
     try:
         maxtext.run_workers(stage, invocation.module, workers(stage, invocation, params), progress)

@@ -1,0 +1,105 @@
+"""Past one VM, proven here: the tiny recipe's training as a job of two JAX processes
+(hardware.hosts 2), started by the train stage through the same worker line a TPU slice's
+workers run (stages/lib/launch.py, `bash -c` in place of gcloud's ssh), every input and
+checkpoint on gs:// (fake-gcs-server). Two processes with one CPU device each must train
+exactly as one process with two devices: measured bit-identical (8 and 12 steps, across a
+resume too), so the comparison is exact."""
+
+import json
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from conftest import clone_workspace, commit, set_param, sh
+from gcs_server import GcsServer, running
+from test_faults import Repro, flat_params, wait_for_session_to_end
+from test_spot import gcs_env
+
+pytestmark = pytest.mark.slow
+BUCKET = "multihost-tests"
+TOKEN = "hf_multihostcanary0123456789"
+SETTINGS = {
+    "train.steps": 12, "train.checkpoint_period": 4, "train.eval_interval": 0,
+    "train.packing": False,  # a host packs its own rows: only unpacked batches are the same rows as one process's
+    "runtime.data_workers": 0, "runtime.profile_steps": 0, "runtime.keep_scratch": False,
+    "runtime.scratch_dir": f"gs://{BUCKET}/scratch",
+}
+
+
+@pytest.fixture(scope="module")
+def gcs(tmp_path_factory):
+    with running(tmp_path_factory.mktemp("gcs"), BUCKET) as server:
+        yield server
+
+
+def workspace(tiny_run, parent, hosts: int):
+    root = clone_workspace(tiny_run, parent)
+    for key, value in {**SETTINGS, "hardware.hosts": hosts}.items():
+        set_param(root, key, value)
+    commit(root, f"train as {hosts} process(es), scratch on gs://")
+    return root
+
+
+def worker_process(index: int) -> psutil.Process | None:
+    """MaxText's process for worker `index` of the running job (its JOB_COMPLETION_INDEX)."""
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if "stages.lib.maxtext_main" in " ".join(proc.info["cmdline"] or []) and \
+                    proc.environ().get("JOB_COMPLETION_INDEX") == str(index):
+                return proc
+        except psutil.Error:
+            continue
+    return None
+
+
+def committed(gcs: GcsServer, step: int) -> bool:
+    return any(n.endswith(f"/checkpoints/{step}/commit_success.txt") for n in gcs.objects(BUCKET, "scratch/train-"))
+
+
+def test_two_processes_train_as_one_process_with_two_devices_and_survive_a_killed_worker(tiny_run, gcs, tmp_path_factory):
+    cloud = gcs_env(gcs)
+    # The reference: one process, two CPU devices, the same global batch (2 x per-device 1).
+    one = workspace(tiny_run, tmp_path_factory.mktemp("one-process"), hosts=1)
+    sh(["dvc", "repro", "train"], one, **cloud, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+
+    two = workspace(tiny_run, tmp_path_factory.mktemp("two-processes"), hosts=2)
+    # --dry-run: each worker's exact command, validated by MaxText; no credential in any.
+    dry = sh(["python", "-m", "stages.train", "--dry-run"], two, **cloud, HF_TOKEN=TOKEN)
+    shown = dry.stdout + dry.stderr
+    lines = [ln for ln in shown.splitlines() if ln.startswith("  worker ")]
+    assert [ln.split(":")[0] for ln in lines] == ["  worker 0 of 2", "  worker 1 of 2"], shown
+    assert all("bash -c" in ln and "JOB_COMPLETION_INDEX=" in ln and "--fetch gs://" in ln for ln in lines), shown
+    assert "MaxText accepted the configuration" in shown and TOKEN not in shown
+    assert not gcs.objects(BUCKET, "scratch/"), "a dry run uploaded something"
+
+    # The job of two processes; worker 1 is killed once checkpoint 4 is on gs://.
+    run = Repro(two, "train", name="two-processes", **cloud)
+    run.wait_for(lambda: committed(gcs, 4) and worker_process(1), "checkpoint 4 of the two-process job")
+    worker_process(1).kill()
+    killed_at = time.monotonic()
+    assert run.proc.wait(timeout=120) != 0
+    failed_after = time.monotonic() - killed_at
+    wait_for_session_to_end(run.proc.pid)
+    out = run.output()
+    assert "on 2 workers" in out and "worker 1 of 2 was killed by SIGKILL" in out, out[-3000:]
+    assert "the other workers were stopped" in out and "logs/train.worker-1.log" in out
+    assert failed_after < 30, f"the stage took {failed_after:.0f} s to notice the dead worker"
+    assert worker_process(0) is None  # worker 0 does not wait on for its peer
+    # Everything the hosts read came from gs://: the inputs were staged there, keyed by content.
+    staged = gcs.objects(BUCKET, "scratch/")
+    assert any("/inputs/base-maxtext-" in n and n.endswith("/items/_METADATA") for n in staged)
+    assert {"host-000.jsonl", "host-001.jsonl"} <= {n.rsplit("/", 1)[-1] for n in staged if "/inputs/from-step-0/" in n}
+
+    # Run again: the job resumes from checkpoint 4, each host's stream after the rows its steps used.
+    proc = sh(["dvc", "repro", "train"], two, **cloud)
+    out = proc.stdout + proc.stderr
+    assert "train: resuming at step 4:" in out and "staged the base checkpoint" not in out, out[-3000:]  # uploaded once
+    resumed = flat_params(two / "models" / "sft-maxtext" / "params")
+    reference = flat_params(one / "models" / "sft-maxtext" / "params")
+    assert resumed.keys() == reference.keys()
+    differing = [k for k in resumed if not np.array_equal(resumed[k], reference[k])]
+    assert differing == [], f"{len(differing)} arrays differ from the one-process run, e.g. {differing[:3]}"
+    assert json.loads((two / "dvclive" / "metrics.json").read_text())["run"]["steps"] == 12
+    assert json.loads(sh(["dvc", "status", "--json", "train"], two).stdout) == {}
