@@ -2,7 +2,7 @@
 # The test suite: real MaxText on CPU with the tiny model, real DVC, real GCS protocol.
 #
 #   scripts/test.sh            # everything (~50-60 minutes on 2 cores)
-#   scripts/test.sh -m "not slow"   # the fast tests only (under 2 minutes)
+#   scripts/test.sh -m "not slow"   # the fast tests only (~2 minutes)
 #
 # Builds .venv (and the browser check's Chromium + node packages) if needed. Extra arguments go to pytest.
 set -euo pipefail
