@@ -269,15 +269,26 @@ def stages_run(output: str) -> list[str]:
     return [line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage '")]
 
 
+DELETE = object()  # as a value for set_key: remove the key
+
+
+def set_key(params: dict, dotted: str, value) -> None:
+    """Sets (or, with DELETE, removes) one key of a params dict in place: "train.steps"."""
+    *parents, leaf = dotted.split(".")
+    node = params
+    for key in parents:
+        node = node[key]
+    if value is DELETE:
+        del node[leaf]
+    else:
+        node[leaf] = value
+
+
 def set_param(root: Path, dotted: str, value) -> None:
     """Edits one key of root's params.yaml: set_param(root, "train.steps", 60)."""
     import yaml
 
     path = root / "params.yaml"
     params = yaml.safe_load(path.read_text())
-    node = params
-    *parents, leaf = dotted.split(".")
-    for key in parents:
-        node = node[key]
-    node[leaf] = value
+    set_key(params, dotted, value)
     path.write_text(yaml.safe_dump(params, sort_keys=False))

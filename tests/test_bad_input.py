@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import sh
+from conftest import DELETE, set_key, sh
 
 TRAIN = "assets/tiny-chat/train.jsonl"
 
@@ -59,19 +59,11 @@ def fake_base(config_changes: dict, weights: bool = True):
 
 def params_case(key_path, value):
     def change(p):
-        *parents, leaf = key_path
-        node = p
-        for k in parents:
-            node = node[k]
-        if value is DELETE:
-            del node[leaf]
-        else:
-            node[leaf] = value
+        set_key(p, ".".join(key_path), value)
 
     return edit_params(change)
 
 
-DELETE = object()
 
 
 # (id, stage, break the workspace, the message's telling part)

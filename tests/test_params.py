@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import DELETE, set_key
 from stages.lib import params as schema
 from stages.lib.cli import UserError
 
@@ -27,18 +28,10 @@ def error(p: dict, where: str = "params.yaml") -> str:
 
 def changed(p: dict, dotted: str, value) -> dict:
     p = copy.deepcopy(p)
-    *parents, leaf = dotted.split(".")
-    node = p
-    for key in parents:
-        node = node[key]
-    if value is DELETE:
-        del node[leaf]
-    else:
-        node[leaf] = value
+    set_key(p, dotted, value)
     return p
 
 
-DELETE = object()
 CASES = [
     ("train.setps", 5, "params.yaml: train.setps: unknown key (did you mean train.steps?)"),
     ("train.steps", "ten", "params.yaml: train.steps: expected an integer >= 1, got 'ten'"),
