@@ -102,8 +102,9 @@ def producer(tiny_run, gcs, origin, tmp_path_factory) -> Path:
     sh(["git", "clone", "-q", str(origin), str(root)], root.parent)
     dvc(["cache", "dir", "--local", str(tiny_run.path / ".dvc" / "cache")], root)
     shutil.copy(tiny_run.path / "dvc.lock", root / "dvc.lock")
-    for results in ("metrics", "dvclive", "eval"):  # outputs DVC does not cache
-        shutil.copytree(tiny_run.path / results, root / results)
+    shutil.copytree(tiny_run.path / "metrics", root / "metrics")  # the outputs DVC does not cache: the metrics
+    (root / "dvclive").mkdir()
+    shutil.copy(tiny_run.path / "dvclive" / "metrics.json", root / "dvclive" / "metrics.json")
     dvc(["checkout", "-q"], root)
     gcs.remote_config(root, BUCKET, "dvc")  # the README's `dvc remote modify --local gcs url ...`, for the emulator
     assert stages_run(dvc(["repro"], root).stdout) == []  # the run is complete: nothing to do
@@ -143,29 +144,37 @@ def test_a_serving_host_gets_a_version_without_a_clone(producer, origin, gcs, tm
     assert file_hashes(host, "latest") == file_hashes(producer, "models/sft-hf")
 
 
-def test_fresh_clone_runs_nothing_computed_elsewhere(producer, consumer):
-    proc = dvc(["repro", "--pull", "--allow-missing"], consumer)
-    assert stages_run(proc.stdout) == []
-    set_param(consumer, "convert_out.shard_size_mb", 1)
-    proc = dvc(["repro", "--pull", "--allow-missing"], consumer)
-    # A new export, never a new training: convert_out and evaluate run here, or, when a machine
-    # that pushed its run-cache made this export before (tests/test_pipeline.py does, in the
-    # full suite), are restored from the bucket.
-    ran = stages_run(proc.stdout)
-    assert "train" not in ran and set(ran) <= {"convert_out", "evaluate"}, proc.stdout[-2000:]
-    assert set(ran) == {"convert_out", "evaluate"} or "Stage 'convert_out' is cached" in proc.stdout
-    assert len(list((consumer / "models" / "sft-hf").glob("*.safetensors"))) > 2
-
-
-def test_experiment_weights_travel(producer, consumer):
-    # 1 MB shards, as tests/test_pipeline.py's re-export: DVC's run-cache restores that one.
+@pytest.fixture(scope="module")
+def small_shards(producer) -> str:
+    """An experiment made on the producer and shared as the README says (`dvc exp push`,
+    which sends its outputs and DVC's run-cache): 1 MB shards, as tests/test_pipeline.py's
+    re-export, so that the producer restores it from DVC's run-cache when that test ran."""
     dvc(["exp", "run", "-n", "small-shards", "-S", "convert_out.shard_size_mb=1"], producer)
-    dvc(["exp", "push", "origin", "small-shards"], producer)
-    dvc(["exp", "pull", "origin", "small-shards"], consumer)
-    dvc(["exp", "apply", "small-shards"], consumer)
+    dvc(["exp", "push", "--run-cache", "origin", "small-shards"], producer)
+    return "small-shards"
+
+
+def test_experiment_weights_travel(producer, small_shards, consumer):
+    dvc(["exp", "pull", "origin", small_shards], consumer)
+    dvc(["exp", "apply", small_shards], consumer)
     remote(["pull", "models/sft-hf"], consumer)
     assert file_hashes(consumer, "models/sft-hf") == file_hashes(producer, "models/sft-hf")
     assert len(list((consumer / "models" / "sft-hf").glob("*.safetensors"))) > 2
+
+
+def test_fresh_clone_runs_nothing_computed_elsewhere(producer, small_shards, consumer):
+    proc = dvc(["repro", "--pull", "--allow-missing"], consumer)
+    assert stages_run(proc.stdout) == []
+    # The same change on another machine: every stage it re-runs was computed on the
+    # producer, so each comes from DVC's run-cache on the bucket, nothing is recomputed.
+    set_param(consumer, "convert_out.shard_size_mb", 1)
+    proc = dvc(["repro", "--pull", "--allow-missing"], consumer)
+    assert stages_run(proc.stdout) == [], proc.stdout[-2000:]
+    for stage in ("convert_out", "evaluate"):
+        assert f"Stage '{stage}' is cached - skipping run" in proc.stdout, proc.stdout[-2000:]
+    assert file_hashes(consumer, "models/sft-hf") == file_hashes(producer, "models/sft-hf")
+    assert len(list((consumer / "models" / "sft-hf").glob("*.safetensors"))) > 2
+    assert (consumer / "eval" / "generations.md").read_bytes() == (producer / "eval" / "generations.md").read_bytes()
 
 
 def start_push(root: Path, module: bool) -> subprocess.Popen:
