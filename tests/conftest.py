@@ -1,5 +1,11 @@
 """Shared fixtures: throw-away copies of the project that run the real pipeline.
 
+scripts/test.sh runs two pytest-xdist workers (a pipeline test spends much of its time in
+single-threaded work: imports, DVC, Python loops, so two share the 2 cores well). The
+session's expensive fixtures are built once per test run, by the first worker that needs
+them, and read by the other (`built_once`); each test file runs whole on one worker, the
+longest files first (`pytest_collection_modifyitems`).
+
 Tests never touch the checkout they live in. `workspace()` copies the project's files (the
 working tree, uncommitted changes included) into a temporary git repository, switched to the
 tiny recipe. The expensive fixture, `tiny_run`, runs `dvc repro` once per session; tests
@@ -12,6 +18,8 @@ train step compiled once is compiled never again.
     scripts/test.sh                   # everything, real pipeline runs included
 """
 
+import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -66,7 +74,7 @@ def commit(root: Path, message: str) -> None:
 
 # Results of running the pipeline in the checkout itself (git-tracked by DVC users, but never
 # part of a fresh copy of the project).
-RUN_RESULTS = ("dvc.lock", "metrics/", "plots/", "eval/")
+RUN_RESULTS = ("dvc.lock", "metrics/", "plots/", "eval/", "dvclive/")
 
 
 def project_files() -> list[str]:
@@ -89,22 +97,62 @@ def copy_project(root: Path, recipe: str = "tiny", compile_cache: Path | None = 
     return root
 
 
+# Files whose tests change a shared fixture run on one worker: both `dvc exp apply` in the
+# experiments' workspace; the others run commands in tiny_run's own workspace (DVC's lock
+# is per workspace) or read every file in it.
+SAME_WORKER = {"test_golden.py": "test_experiments.py",
+               **dict.fromkeys(["test_plots.py", "test_publish.py", "test_export.py", "test_secrets.py"], "test_pipeline.py")}
+# The longest files first (minutes, measured), so that the two workers end together. The
+# second needs no tiny_run: it runs while the first worker builds it.
+LONGEST_FIRST = ["test_faults.py", "test_tpu_recipe.py", "test_experiments.py", "test_multihost.py",
+                 "test_remote.py", "test_pipeline.py", "test_spot.py", "test_roundtrip.py"]
+
+
+def pytest_collection_modifyitems(config, items):
+    def group(item) -> str:
+        return SAME_WORKER.get(item.path.name, item.path.name)
+
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group(item)))  # --dist loadgroup: a file is one unit
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(group(item), len(rank)))  # stable: the rest in file order
+
+
+def run_dir(tmp_path_factory) -> Path:
+    """The directory every worker of this test run shares (pytest-xdist gives each worker its
+    own base directory inside it); without xdist, the base directory itself."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
+
+
+def built_once(tmp_path_factory, name: str, build) -> dict:
+    """`build()` -> a JSON-able dict, run by the first worker that asks; the others wait for
+    it and read the same dict. (Should it fail, the next worker to ask tries again.)"""
+    from filelock import FileLock
+
+    root = run_dir(tmp_path_factory)
+    record = root / f"{name}.json"
+    with FileLock(str(root / f"{name}.lock")):
+        if not record.exists():
+            record.write_text(json.dumps(build()))
+    return json.loads(record.read_text())
+
+
 @pytest.fixture(scope="session")
 def jax_cache(tmp_path_factory) -> Path:
-    # Compiled programs are reused across every pipeline run of the session (and across
-    # sessions on one machine when PIPELINE_TEST_JAX_CACHE points somewhere persistent).
-    path = os.environ.get("PIPELINE_TEST_JAX_CACHE")
-    if not path:
-        return tmp_path_factory.mktemp("jax-cache")
-    Path(path).mkdir(parents=True, exist_ok=True)
-    return Path(path)
+    # Compiled programs are reused across every pipeline run of the test run, by every
+    # worker (and across runs on one machine when PIPELINE_TEST_JAX_CACHE points somewhere
+    # persistent).
+    path = Path(os.environ.get("PIPELINE_TEST_JAX_CACHE") or run_dir(tmp_path_factory) / "jax-cache")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 @pytest.fixture(scope="session", autouse=True)
 def params_read_log(tmp_path_factory) -> Path:
-    """Every stage any test runs appends the params keys it read here (stages/lib/params.py);
-    tests/test_declared.py holds them against dvc.yaml."""
-    path = tmp_path_factory.mktemp("params-read") / "keys.log"
+    """Every stage any test of any worker runs appends the params keys it read here
+    (stages/lib/params.py); tests/test_declared.py holds them against dvc.yaml."""
+    path = run_dir(tmp_path_factory) / "params-read.log"
     os.environ["PIPELINE_PARAMS_READ_LOG"] = str(path)
     return path
 
@@ -124,9 +172,12 @@ def tiny_base(tmp_path_factory) -> Path:
     """The tiny recipe's base checkpoint (seed 0), built once: what base_model writes."""
     from stages.lib import tiny_gemma3
 
-    path = tmp_path_factory.mktemp("tiny-base")
-    tiny_gemma3.build(str(path), seed=0)
-    return path
+    def build() -> dict:
+        path = tmp_path_factory.mktemp("tiny-base")
+        tiny_gemma3.build(str(path), seed=0)
+        return {"path": str(path)}
+
+    return Path(built_once(tmp_path_factory, "tiny-base", build)["path"])
 
 
 @pytest.fixture
@@ -155,8 +206,10 @@ def with_real_4b_config(root: Path) -> Path:
 
 
 # A Hugging Face token that must never be written anywhere or passed on a command line. Made
-# up per session, so that no file (this one included) can contain it by accident.
-CANARY_TOKEN = "hf_canary" + secrets.token_hex(16)
+# up per test run (the same in every worker: one may check what another's run wrote), so
+# that no file (this one included) can contain it by accident.
+_RUN_ID = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+CANARY_TOKEN = "hf_canary" + (hashlib.sha256(_RUN_ID.encode()).hexdigest()[:32] if _RUN_ID else secrets.token_hex(16))
 
 
 class ProcessWatch(threading.Thread):
@@ -198,15 +251,23 @@ def run_pipeline(root: Path, *args: str, **env_extra) -> SimpleNamespace:
 
 
 @pytest.fixture(scope="session")
-def tiny_run(workspace) -> SimpleNamespace:
+def tiny_run(workspace, tmp_path_factory) -> SimpleNamespace:
     """The tiny recipe run once with `dvc repro`, with a canary HF token in the environment, and
     MaxText's profiler on for two steps (a runtime setting: tests/test_profile.py reads the
     trace; test_faults.py's run, without it, must end with the same weights). Read-only for
     tests: clone it to change it."""
-    root = workspace("tiny-run")
-    set_param(root, "runtime.profile_steps", 2)
-    commit(root, "profile two steps")
-    return run_pipeline(root, HF_TOKEN=CANARY_TOKEN)
+
+    def build() -> dict:
+        root = workspace("tiny-run")
+        set_param(root, "runtime.profile_steps", 2)
+        commit(root, "profile two steps")
+        run = run_pipeline(root, HF_TOKEN=CANARY_TOKEN)
+        return {"path": str(run.path), "output": run.output, "seconds": run.seconds,
+                "seen_commands": sorted(run.watch.seen_commands), "leaks": run.watch.leaks}
+
+    run = built_once(tmp_path_factory, "tiny-run", build)
+    return SimpleNamespace(path=Path(run["path"]), output=run["output"], seconds=run["seconds"],
+                           watch=SimpleNamespace(seen_commands=set(run["seen_commands"]), leaks=run["leaks"]))
 
 
 def clone_workspace(tiny_run, parent: Path) -> Path:
@@ -247,7 +308,7 @@ def experiments(tiny_run, tmp_path_factory):
     for name, changes in EXPERIMENTS.items():
         outputs[name] = sh(["dvc", "exp", "run", "-n", name, *(a for c in changes for a in ("-S", c))], root).stdout
         exports[name] = sha256s(root / "models" / "sft-hf")
-    return root, outputs, exports
+    return root, outputs, exports  # (one worker only: tests/conftest.py SAME_WORKER)
 
 
 def apply(root: Path, name: str) -> None:
@@ -269,7 +330,12 @@ def stages_run(output: str) -> list[str]:
     return [line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage '")]
 
 
-DELETE = object()  # as a value for set_key: remove the key
+class _Delete:
+    def __repr__(self) -> str:  # in test ids: the same in every pytest-xdist worker
+        return "<deleted>"
+
+
+DELETE = _Delete()  # as a value for set_key: remove the key
 
 
 def set_key(params: dict, dotted: str, value) -> None:
