@@ -12,4 +12,4 @@ scripts/setup-browser.sh
 # Two workers for these 2-core machines: a pipeline test spends much of its time in
 # single-threaded work (imports, DVC, Python loops), so two keep both cores busy. Each test
 # file runs whole on one worker, longest first (tests/conftest.py); `-n 0` runs in-process.
-exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder "$@"
+exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadscope --no-loadscope-reorder "$@"

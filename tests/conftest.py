@@ -4,7 +4,7 @@ scripts/test.sh runs two pytest-xdist workers (a pipeline test spends much of it
 single-threaded work: imports, DVC, Python loops, so two share the 2 cores well). The
 session's expensive fixtures are built once per test run, by the first worker that needs
 them, and read by the other (`built_once`); each test file runs whole on one worker, the
-longest files first (`pytest_collection_modifyitems`).
+longest files first (`pytest_xdist_make_scheduler`, `pytest_collection_modifyitems`).
 
 Tests never touch the checkout they live in. `workspace()` copies the project's files (the
 working tree, uncommitted changes included) into a temporary git repository, switched to the
@@ -108,14 +108,30 @@ LONGEST_FIRST = ["test_faults.py", "test_tpu_recipe.py", "test_experiments.py", 
                  "test_remote.py", "test_pipeline.py", "test_spot.py", "test_roundtrip.py"]
 
 
-def pytest_collection_modifyitems(config, items):
-    def group(item) -> str:
-        return SAME_WORKER.get(item.path.name, item.path.name)
+def file_group(path_or_nodeid: str) -> str:
+    """The unit one worker runs whole: a test file, or the files it shares a worker with."""
+    name = str(path_or_nodeid).split("::", 1)[0].rsplit("/", 1)[-1]
+    return SAME_WORKER.get(name, name)
 
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group(item)))  # --dist loadgroup: a file is one unit
+
+def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(group(item), len(rank)))  # stable: the rest in file order
+    items.sort(key=lambda item: rank.get(file_group(item.nodeid), len(rank)))  # stable: the rest in file order
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadscope`, with a file (or its SAME_WORKER group) as the scope. (Not
+    `--dist loadgroup` with marks: with pytest 9.2 it silently stops grouping,
+    pytest-dev/pytest-xdist#1386.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return file_group(nodeid)
+
+    return ByFile(config, log)
 
 
 def run_dir(tmp_path_factory) -> Path:
