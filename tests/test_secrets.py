@@ -21,8 +21,12 @@ def test_canary_token_is_in_no_file_under_the_workspace_or_the_compile_cache(tin
     for path in [*tiny_run.path.rglob("*"), *jax_cache.rglob("*")]:
         if path.is_symlink() or not path.is_file():
             continue
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:  # a temporary file of a run in a clone (they share this DVC cache)
+            continue
         scanned += 1
-        assert needle not in path.read_bytes(), f"the HF token was written to {path}"
+        assert needle not in data, f"the HF token was written to {path}"
     assert scanned > 100  # dvc.lock, .dvc/cache, logs/, metrics/, models/, compiled programs ...
     assert list(jax_cache.iterdir()), "the run compiled nothing into the shared cache"
     assert CANARY_TOKEN not in tiny_run.output

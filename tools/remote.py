@@ -9,21 +9,28 @@ Plain `dvc push` / `dvc pull` work as well; this adds what they lack when a tran
 multi-GB checkpoint goes wrong. The bucket and credentials are checked first, so a missing
 bucket or an unusable key fails in a second with one line instead of after minutes of
 retries. The storage library's retry tracebacks go to logs/remote.log, not the terminal.
-A failed transfer ends with a line naming the remote and what to run next (re-running is
-always safe: DVC sends or fetches only what is missing, and a killed push leaves no partial
-object in the bucket). `push` includes `--run-cache`, so another machine's
-`dvc repro --pull --allow-missing` skips every stage computed here.
+A failed transfer ends with a line naming the remote and what to run next, at the latest a
+minute after the remote stopped answering (re-running is always safe: DVC sends or fetches only what is missing, and a killed push leaves no partial
+object in the bucket). `push` includes `--run-cache` (DVC 3 sends its entries but not
+the uncached metrics files they restore, so other machines still re-run stages with metrics;
+README, "Getting the model out").
 """
 
 import logging
 import os
 import socket
 import sys
+import threading
+import time
 from urllib.parse import urlsplit
 
 from stages.lib.cli import StageFailed, UserError, run
 
 LOG = os.path.join("logs", "remote.log")
+# How long the remote's endpoint may refuse connections before the transfer is given up.
+# gcsfs retries each request for ~30 s, and DVC moves the run-cache file by file, so without
+# this a push that lost its network would go on for half a minute per file still to send.
+GIVE_UP_AFTER_S = 60
 CONNECTION_TROUBLE = ("Cannot connect to host", "Connect call failed", "ServerDisconnected", "Connection reset",
                       "ClientConnectorError", "TimeoutError", "out of retries")
 
@@ -35,16 +42,51 @@ def default_remote(repo) -> tuple[str, dict]:
     return name, repo.config["remote"][name]
 
 
+def endpoint_of(config: dict) -> tuple[str, str, int]:
+    """(endpoint URL, host, port) of a gs:// remote."""
+    endpoint = config.get("endpointurl") or "https://storage.googleapis.com"
+    host = urlsplit(endpoint)
+    return endpoint, host.hostname, host.port or (443 if host.scheme == "https" else 80)
+
+
+def reachable(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+        return True
+    except OSError:
+        return False
+
+
+def give_up_when_unreachable(host: str, port: int, message: str) -> None:
+    """A watchdog beside DVC's transfer: once the endpoint has refused connections for
+    GIVE_UP_AFTER_S, print `message` and end the process (what was sent is kept; a re-run
+    sends the rest). Shorter outages are left to the storage library's retries."""
+
+    def watch() -> None:
+        down_since = None
+        while True:
+            time.sleep(5)
+            if reachable(host, port):
+                down_since = None
+                continue
+            down_since = down_since or time.monotonic()
+            if time.monotonic() - down_since >= GIVE_UP_AFTER_S:
+                logging.shutdown()
+                print(f"remote: failed: {message}", file=sys.stderr, flush=True)
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="remote-watchdog").start()
+
+
 def check_gcs(name: str, config: dict, fs_args: dict) -> None:
     """Bucket and credentials, in a second, before DVC starts its transfers."""
     import gcsfs
 
     url = config["url"]
     bucket = urlsplit(url).netloc
-    endpoint = config.get("endpointurl") or "https://storage.googleapis.com"
-    host = urlsplit(endpoint)
+    endpoint, host, port = endpoint_of(config)
     try:  # gcsfs retries a refused connection for about a minute; answer at once instead
-        socket.create_connection((host.hostname, host.port or (443 if host.scheme == "https" else 80)), timeout=5).close()
+        socket.create_connection((host, port), timeout=5).close()
     except OSError as e:
         raise UserError(f"remote '{name}' ({url}): cannot reach {endpoint} ({e.strerror or e}); check the network, then run this again") from None
     try:
@@ -75,16 +117,18 @@ def quiet_storage_logs() -> None:
         logger.propagate = False
 
 
+def lost_connection(command: str, name: str, url: str) -> str:
+    return (f"lost the connection to remote '{name}' ({url}) during {command}; what was transferred is kept and "
+            f"will not be sent again. When it is reachable, run: python -m tools.remote {command}  (details: {LOG})")
+
+
 def explain_failure(command: str, name: str, url: str) -> StageFailed:
     with open(LOG, errors="replace") as f:
         log = f.read()
-    again = f"python -m tools.remote {command}"
     if any(marker in log for marker in CONNECTION_TROUBLE):
-        return StageFailed(
-            f"lost the connection to remote '{name}' ({url}) during {command}; what was transferred is kept and "
-            f"will not be sent again. When it is reachable, run: {again}  (details: {LOG})"
-        )
-    return StageFailed(f"{command} with remote '{name}' ({url}) failed (details above and in {LOG}); fix that, then run: {again}")
+        return StageFailed(lost_connection(command, name, url))
+    return StageFailed(f"{command} with remote '{name}' ({url}) failed (details above and in {LOG}); fix that, "
+                       f"then run: python -m tools.remote {command}")
 
 
 def main() -> None:
@@ -98,6 +142,8 @@ def main() -> None:
         name, config = default_remote(repo)
         if config["url"].startswith("gs://"):
             check_gcs(name, config, repo.cloud.get_remote(name).fs.fs_args)
+            _, host, port = endpoint_of(config)
+            give_up_when_unreachable(host, port, lost_connection(command, name, config["url"]))
         elif "://" not in config["url"]:  # a local directory (the demo's remote)
             os.makedirs(config["url"], exist_ok=True)
     quiet_storage_logs()
