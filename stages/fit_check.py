@@ -37,6 +37,18 @@ class DoesNotFit(StageFailed):
     pass
 
 
+# MaxText's last words after a successful ahead-of-time compile (train_compile.py).
+COMPILED = "Finished train_compile.py successfully!"
+
+
+def finished_before_failing(log_text: str) -> bool:
+    """Whether a compile that exited non-zero had finished, memory analysis and all, first.
+    libtpu, loaded for the compile, watches the interpreter's exit and kills a slow one
+    ("exit() hanging: killing process with SIGTRAP"), seen on a busy 2-core machine: the
+    figures printed before that are whole."""
+    return COMPILED in log_text and any(ln.startswith("Memory analysis:") for ln in log_text.splitlines())
+
+
 def raise_if_out_of_memory(log_text: str) -> None:
     """XLA's compile-time out-of-memory error, as DoesNotFit saying by how much."""
     oom = OOM.search(log_text)
@@ -78,8 +90,13 @@ def compile_once(params: dict, overrides: dict | None = None) -> dict:
             log = maxtext.run("fit_check", flags.fit_check(params, workdir, overrides or {}), cpu)
         except maxtext.MaxTextFailed as e:
             with open(e.log_path, errors="replace") as f:
-                raise_if_out_of_memory(f.read())
-            raise
+                text = f.read()
+            if not finished_before_failing(text):
+                raise_if_out_of_memory(text)
+                raise
+            print("fit_check: the compile finished; its process was killed on the way out (libtpu's exit "
+                  f"watchdog), which changes none of its figures (log: {e.log_path})", flush=True)
+            log = e.log_path
         with open(log, errors="replace") as f:
             return parse(f.read(), hbm)
 

@@ -324,7 +324,7 @@ def experiments(tiny_run, tmp_path_factory):
     for name, changes in EXPERIMENTS.items():
         outputs[name] = sh(["dvc", "exp", "run", "-n", name, *(a for c in changes for a in ("-S", c))], root).stdout
         exports[name] = sha256s(root / "models" / "sft-hf")
-    return root, outputs, exports  # (one worker only: tests/conftest.py SAME_WORKER)
+    return root, outputs, exports  # (on one worker only: SAME_WORKER above)
 
 
 def apply(root: Path, name: str) -> None:

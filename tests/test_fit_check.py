@@ -41,6 +41,17 @@ def test_a_total_over_the_hbm_does_not_fit_even_when_xla_compiled_it():
         fit_check.parse("compiled, but said nothing\n", HBM)
 
 
+def test_a_finished_compile_killed_on_its_way_out_still_counts():
+    """libtpu's exit watchdog killed a 4B compile after MaxText had printed everything (a
+    busy 2-core machine, 2026-12-01): the figures are whole, so they are used; a compile
+    that stopped before its memory analysis is still a failure."""
+    finished = (RECORDED / "fits-batch-1.log").read_text() + (RECORDED / "killed-on-exit.log").read_text()
+    assert fit_check.finished_before_failing(finished)
+    assert fit_check.parse(finished, HBM)["fits"]
+    assert not fit_check.finished_before_failing((RECORDED / "killed-on-exit.log").read_text())
+    assert not fit_check.finished_before_failing((RECORDED / "oom-batch-64.log").read_text())
+
+
 @pytest.mark.parametrize("limit,quantum,start,expected", [(13, 1, 1, (13, 14)), (4, 1, 1, (4, 5)), (1, 1, 1, (1, 2)),
                                                           (0, 1, 1, (0, 1)), (5000, 256, 2048, (4864, 5120))])
 def test_the_search_finds_the_largest_value_that_fits(limit, quantum, start, expected):
