@@ -286,11 +286,12 @@ def tiny_run(workspace, tmp_path_factory) -> SimpleNamespace:
                            watch=SimpleNamespace(seen_commands=set(run["seen_commands"]), leaks=run["leaks"]))
 
 
-def clone_workspace(tiny_run, parent: Path) -> Path:
-    """A git clone of tiny_run sharing its DVC cache, outputs checked out: free to modify."""
+def clone_workspace(tiny_run, parent: Path, cache: Path | None = None) -> Path:
+    """A git clone of tiny_run sharing its DVC cache (or using `cache`), outputs checked out:
+    free to modify."""
     root = parent / "clone"
     sh(["git", "clone", "-q", str(tiny_run.path), str(root)], parent)
-    sh(["dvc", "cache", "dir", "--local", str(tiny_run.path / ".dvc" / "cache")], root)
+    sh(["dvc", "cache", "dir", "--local", str(cache or tiny_run.path / ".dvc" / "cache")], root)
     sh(["dvc", "checkout", "-q"], root)
     return root
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import commit, env, set_param, sh, stages_run, train_losses
+from conftest import clone_workspace, commit, env, set_param, sh, stages_run, train_losses
 
 pytestmark = pytest.mark.slow
 
@@ -208,11 +208,7 @@ def clone_with_its_own_cache(tiny_run, tmp_path) -> Path:
                 os.link(path, target)
         except FileNotFoundError:
             continue  # a temporary file of a run writing there
-    root = tmp_path / "clone"
-    sh(["git", "clone", "-q", str(tiny_run.path), str(root)], tmp_path)
-    sh(["dvc", "cache", "dir", "--local", str(cache)], root)
-    sh(["dvc", "checkout", "-q"], root)
-    return root
+    return clone_workspace(tiny_run, tmp_path, cache=cache)
 
 
 @pytest.mark.parametrize("stage,out", [("convert_in", "models/base-maxtext"), ("convert_out", "models/sft-hf")])

@@ -163,7 +163,7 @@ def test_experiment_weights_travel(producer, small_shards, consumer):
     assert len(list((consumer / "models" / "sft-hf").glob("*.safetensors"))) > 2
 
 
-def test_fresh_clone_runs_nothing_computed_elsewhere(producer, small_shards, consumer):
+def test_fresh_clone_never_retrains_what_was_trained_elsewhere(producer, small_shards, consumer):
     proc = dvc(["repro", "--pull", "--allow-missing"], consumer)
     assert stages_run(proc.stdout) == []
     # The same change on another machine: never a new training. convert_out and evaluate run

@@ -10,8 +10,8 @@ multi-GB checkpoint goes wrong. The bucket and credentials are checked first, so
 bucket or an unusable key fails in a second with one line instead of after minutes of
 retries. The storage library's retry tracebacks go to logs/remote.log, not the terminal.
 A failed transfer ends with a line naming the remote and what to run next, at the latest a
-minute after the remote stopped answering (re-running is always safe: DVC sends or fetches only what is missing, and a killed push leaves no partial
-object in the bucket). `push` includes `--run-cache` (DVC 3 sends its entries but not
+minute after the remote stopped answering (re-running is always safe: DVC sends or fetches
+only what is missing, and a killed push leaves no partial object in the bucket). `push` includes `--run-cache` (DVC 3 sends its entries but not
 the uncached metrics files they restore, so other machines still re-run stages with metrics;
 README, "Getting the model out").
 """
