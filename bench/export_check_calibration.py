@@ -23,7 +23,7 @@ import safetensors.numpy
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from stages import convert_out  # noqa: E402
-from stages.lib import gemma3  # noqa: E402
+from stages.lib.families import gemma3  # noqa: E402
 from stages.lib.params import load  # noqa: E402
 
 EXPORT = convert_out.OUT

@@ -3,15 +3,16 @@
     python -m stages.base_model
 
 Sources, chosen by `base_model.source`:
-  tiny - a Gemma-3-architecture model built offline from `base_model.tiny_seed`
-         (stages/lib/tiny_gemma3.py): real tokenizer and chat template, tiny dimensions.
+  tiny - a model of `model.maxtext_name`'s family built offline from `base_model.tiny_seed`
+         (the family's build_tiny, stages/lib/families/): its real tokenizer, tiny dimensions.
   hub  - `base_model.repo_id` downloaded at the commit `base_model.revision`.
 Either way the checkpoint is checked to be one MaxText can represent exactly before it is
 published, so a wrong architecture fails here rather than after conversion.
 """
 
 
-from stages.lib import gemma3, hardware, hub, outputs, paths, tiny_gemma3
+from stages.lib import families, hardware, hub, outputs, paths
+from stages.lib.checkpoint import CheckpointError
 from stages.lib.cli import run
 from stages.lib.params import load
 
@@ -28,15 +29,16 @@ def main() -> None:
         hardware.check_output_disk(OUT, 1.05 * hub.download_size(p["repo_id"], p["revision"]), "the base checkpoint")
     with outputs.staged_dir(OUT) as tmp:
         if p["source"] == "tiny":
-            print(f"base_model: building the tiny Gemma 3 (seed {p['tiny_seed']})", flush=True)
-            tiny_gemma3.build(tmp, seed=p["tiny_seed"])
+            family = families.of(params["model"]["maxtext_name"])
+            print(f"base_model: building the tiny {family.NAME} (seed {p['tiny_seed']})", flush=True)
+            family.build_tiny(tmp, seed=p["tiny_seed"])
         else:
             print(f"base_model: downloading {p['repo_id']}@{p['revision'][:12]}", flush=True)
             hub.download_model(p["repo_id"], p["revision"], tmp)
         try:
-            gemma3.check_convertible(tmp, params["model"]["maxtext_name"])
-        except gemma3.CheckpointError as e:  # name the output, not the temporary directory
-            raise gemma3.CheckpointError(str(e).replace(tmp, OUT)) from None
+            families.check_convertible(tmp, params["model"]["maxtext_name"])
+        except CheckpointError as e:  # name the output, not the temporary directory
+            raise CheckpointError(str(e).replace(tmp, OUT)) from None
     print(f"base_model: wrote {OUT}", flush=True)
 
 

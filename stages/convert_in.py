@@ -13,7 +13,7 @@ exactly the model that was downloaded.
 import os
 import sys
 
-from stages.lib import flags, gemma3, hardware, maxtext, outputs, paths
+from stages.lib import checkpoint, families, flags, hardware, maxtext, outputs, paths
 from stages.lib.cli import StageFailed, run
 from stages.lib.params import load
 
@@ -22,12 +22,12 @@ OUT = paths.BASE_MAXTEXT
 
 def main() -> None:
     params = load()
-    gemma3.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
+    families.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
     if "--dry-run" in sys.argv:
         maxtext.dry_run("convert_in", flags.convert_in(params, OUT), params)
         return
     hardware.check_present(params)
-    size = gemma3.parameter_count(paths.BASE_HF) * gemma3.DTYPE_BYTES[params["convert_in"]["save_dtype"]]
+    size = checkpoint.parameter_count(paths.BASE_HF) * checkpoint.DTYPE_BYTES[params["convert_in"]["save_dtype"]]
     hardware.check_output_disk(OUT, 1.1 * size, "the MaxText checkpoint")
     with outputs.staged_dir(OUT) as tmp:
         maxtext.run("convert_in", flags.convert_in(params, tmp), params,

@@ -17,7 +17,7 @@ import json
 import os
 import sys
 
-from stages.lib import export_check, flags, gemma3, hardware, maxtext, outputs, paths
+from stages.lib import checkpoint, export_check, families, flags, hardware, maxtext, outputs, paths
 from stages.lib.cli import StageFailed, run
 from stages.lib.params import load
 
@@ -54,13 +54,13 @@ def failure_message(failures: list[str]) -> str:
 def main() -> None:
     params = load()
     c = params["convert_out"]
-    gemma3.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
+    families.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
     if "--dry-run" in sys.argv:
         maxtext.dry_run("convert_out", flags.convert_out(params, OUT), params)
         return
     hardware.check_present(params)
     # MaxText's float32 export and the assembled one exist side by side for a moment.
-    size = gemma3.parameter_count(paths.BASE_HF) * (4 + gemma3.DTYPE_BYTES[c["dtype"]])
+    size = checkpoint.parameter_count(paths.BASE_HF) * (4 + checkpoint.DTYPE_BYTES[c["dtype"]])
     hardware.check_output_disk(OUT, 1.1 * size, "the HF export")
     with outputs.staged_dir(OUT) as tmp:
         report_path = os.path.join(os.path.dirname(tmp), f".export_check-{os.getpid()}.json")

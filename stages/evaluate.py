@@ -15,7 +15,7 @@ import json
 import os
 import tempfile
 
-from stages.lib import flags, gemma3, hardware, maxtext, outputs, paths
+from stages.lib import families, flags, hardware, maxtext, outputs, paths
 from stages.lib.cli import run
 from stages.lib.params import load
 
@@ -47,7 +47,7 @@ def write_generations(prompts: list[str], base: list[str], tuned: list[str]) -> 
 
 def main() -> None:
     params = load()
-    gemma3.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
+    families.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
     hardware.check_present(params)
     e = params["evaluate"]
     found = evaluation(params)

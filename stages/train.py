@@ -28,7 +28,7 @@ left it (stages/lib/stream.py, stages/lib/data_position.py).
 import os
 import sys
 
-from stages.lib import flags, gemma3, hardware, launch, maxtext, outputs, paths, train_data, train_metrics, workdir
+from stages.lib import checkpoint, families, flags, hardware, launch, maxtext, outputs, paths, train_data, train_metrics, workdir
 from stages.lib.cli import StageFailed, run
 from stages.lib.params import load
 
@@ -109,7 +109,7 @@ def keep_profile(params: dict, work: workdir.Workdir) -> None:
 
 def main() -> None:
     params = load()
-    gemma3.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
+    families.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
     work = workdir.for_params(params)
     if "--dry-run" in sys.argv:
         if one_process(params):
@@ -120,7 +120,7 @@ def main() -> None:
             maxtext.dry_run("train", invocation, params, plan=launch.describe(params, invocation, work.name))
         return
     hardware.check_present(params)
-    hardware.check_training_disk(params, work.url, gemma3.parameter_count(paths.BASE_HF), paths.SFT_MAXTEXT,
+    hardware.check_training_disk(params, work.url, checkpoint.parameter_count(paths.BASE_HF), paths.SFT_MAXTEXT,
                                  flags.lora_enabled(params))
     truncated = train_data.count_truncated(params)
     with work.lock():

@@ -105,18 +105,28 @@ SAME_WORKER = {"test_golden.py": "test_experiments.py",
 # The longest files first (minutes, measured), so that the two workers end together. The
 # second needs no tiny_run: it runs while the first worker builds it.
 LONGEST_FIRST = ["test_faults.py", "test_tpu_recipe.py", "test_experiments.py", "test_multihost.py",
-                 "test_remote.py", "test_pipeline.py", "test_spot.py", "test_roundtrip.py"]
+                 "test_remote.py", "test_pipeline.py", "test_spot.py", "test_tiny_family_runs_the_whole_pipeline",
+                 "test_roundtrip.py"]
+
+
+# Tests that share nothing with the rest of their file and each run a whole pipeline: each
+# is a unit of its own, so that either worker takes the next one.
+OWN_UNIT = ("test_tiny_family_runs_the_whole_pipeline[",)
 
 
 def file_group(path_or_nodeid: str) -> str:
     """The unit one worker runs whole: a test file, or the files it shares a worker with."""
-    name = str(path_or_nodeid).split("::", 1)[0].rsplit("/", 1)[-1]
+    path, _, test = str(path_or_nodeid).partition("::")
+    if test.startswith(OWN_UNIT):
+        return test
+    name = path.rsplit("/", 1)[-1]
     return SAME_WORKER.get(name, name)
 
 
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(file_group(item.nodeid), len(rank)))  # stable: the rest in file order
+    # stable: the rest in file order
+    items.sort(key=lambda item: rank.get(file_group(item.nodeid).split("[", 1)[0], len(rank)))
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -186,11 +196,11 @@ def workspace(tmp_path_factory, jax_cache):
 @pytest.fixture(scope="session")
 def tiny_base(tmp_path_factory) -> Path:
     """The tiny recipe's base checkpoint (seed 0), built once: what base_model writes."""
-    from stages.lib import tiny_gemma3
+    from stages.lib.families import gemma3
 
     def build() -> dict:
         path = tmp_path_factory.mktemp("tiny-base")
-        tiny_gemma3.build(str(path), seed=0)
+        gemma3.build_tiny(str(path), seed=0)
         return {"path": str(path)}
 
     return Path(built_once(tmp_path_factory, "tiny-base", build)["path"])

@@ -43,11 +43,11 @@ def fake_base(config_changes: dict, weights: bool = True):
     """A models/base-hf holding only a config (and an index), for convert_in's checks."""
 
     def apply(root):
-        from stages.lib import tiny_gemma3
+        from stages.lib.families import gemma3
 
         base = root / "models" / "base-hf"
         base.mkdir(parents=True)
-        config = tiny_gemma3.hub_config(tiny_gemma3.DEFAULT_TEXT, tiny_gemma3.TINY_VISION)
+        config = gemma3.hub_config(gemma3.TINY_TEXT, gemma3.TINY_VISION)
         config["text_config"].update(config_changes)
         (base / "config.json").write_text(json.dumps(config))
         if weights:

@@ -11,7 +11,8 @@ import pytest
 import safetensors.numpy
 import yaml
 
-from stages.lib import export, gemma3
+from stages.lib import export
+from stages.lib.families import gemma3
 
 pytestmark = pytest.mark.slow
 

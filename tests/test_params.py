@@ -41,7 +41,11 @@ CASES = [
     ("train.learning_rate", float("nan"), "params.yaml: train.learning_rate: expected a number > 0 and < 1, got nan"),
     ("train.learning_rate", "1e-3", "params.yaml: train.learning_rate: expected a number > 0 and < 1, got '1e-3'"),
     ("train.packing", "true", "params.yaml: train.packing: expected true or false, got 'true'"),
-    ("model.maxtext_name", "llama3-8b", "params.yaml: model.maxtext_name: expected one of gemma3-4b, gemma3-12b, gemma3-27b, got 'llama3-8b'"),
+    ("model.maxtext_name", "llama3-8b", "params.yaml: model.maxtext_name: expected one of gemma3-4b, gemma3-12b, gemma3-27b, "
+     "llama3.1-8b, llama3.1-70b, llama3.1-405b, qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b, "
+     "got 'llama3-8b' (did you mean llama3.1-8b?)"),
+    ("dataset.format", "share_gpt", "params.yaml: dataset.format: expected one of messages, sharegpt, prompt_completion, "
+     "got 'share_gpt' (did you mean sharegpt?)"),
     ("train.seed", DELETE, "params.yaml: train.seed: missing (expected an integer >= 0)"),
     ("runtime", DELETE, "params.yaml: runtime: missing (expected a section)"),
     ("train.lora", 5, "params.yaml: train.lora: expected a mapping of keys, got 5"),

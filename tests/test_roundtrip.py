@@ -8,7 +8,8 @@ import pytest
 import safetensors.numpy
 
 from conftest import sh
-from stages.lib import gemma3
+from stages.lib import families
+from stages.lib.families import gemma3
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +23,7 @@ def tensors(d):
 
 def test_hub_layout_checkpoint_round_trips(clone_of_tiny_run):
     root = clone_of_tiny_run
-    assert gemma3.detect_layout(str(root / "models" / "base-hf")) == "hub"
+    assert families.detect_layout(str(root / "models" / "base-hf"), "gemma3-4b") == "hub"
     # Export the *converted base* instead of the trained parameters: what comes out must be the base.
     shutil.rmtree(root / "models" / "sft-maxtext" / "params")
     shutil.copytree(root / "models" / "base-maxtext" / "0" / "items", root / "models" / "sft-maxtext" / "params")

@@ -22,7 +22,7 @@ import subprocess
 
 import yaml
 
-from stages.lib import paths
+from stages.lib import families, paths
 from stages.lib.cli import StageFailed, UserError, run
 from stages.lib.params import load
 
@@ -95,9 +95,10 @@ def model_card(params: dict, check: dict, repo_id: str) -> str:
     train, held_out = counts.get("train", {}), counts.get("eval", {})
     evaluation = (read_json(os.path.join("metrics", "eval.json")) or {}).get("eval", {})
     origin = provenance()
-    base = b["repo_id"] if b["source"] == "hub" else f"the tiny Gemma 3 of this pipeline (seed {b['tiny_seed']})"
+    family = families.of(params["model"]["maxtext_name"])
+    base = b["repo_id"] if b["source"] == "hub" else f"the tiny {family.NAME} of this pipeline (seed {b['tiny_seed']})"
     data = f"{d['repo_id']}@{d['revision']}" if d["source"] == "hub" else f"{d['local_dir']} (in the pipeline's repository)"
-    front = {"library_name": "transformers", "pipeline_tag": "image-text-to-text", "tags": ["maxtext", "sft", "dvc"]}
+    front = {"library_name": "transformers", "pipeline_tag": family.PIPELINE_TAG, "tags": ["maxtext", "sft", "dvc"]}
     if b["source"] == "hub":
         front["base_model"] = b["repo_id"]
     if d["source"] == "hub":

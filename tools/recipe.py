@@ -3,6 +3,7 @@
     python -m tools.recipe                     # list recipes; say which one params.yaml is
     python -m tools.recipe tiny                # the CPU demo: tiny Gemma 3, local chat data
     python -m tools.recipe gemma3-4b-v6e-8     # the default: Gemma 3 4B SFT on a TPU v6e-8 VM
+    python -m tools.recipe tiny-qwen3          # another family's tiny model (README, "Model families")
 
 A recipe is a complete params file under recipes/; switching copies it over params.yaml
 (after validating it), and `dvc repro` then re-runs exactly what the change affects. Edit

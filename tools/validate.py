@@ -10,7 +10,7 @@ the base checkpoint is one MaxText can represent. Exit 0 when all is well.
 import os
 
 from stages import dataset
-from stages.lib import chat, gemma3, paths
+from stages.lib import chat, families, paths
 from stages.lib.cli import run
 from stages.lib.params import load
 
@@ -30,7 +30,7 @@ def main() -> None:
             bad = f", {len(selection.skipped)} bad rows the dataset stage will skip" if selection.skipped else ""
             print(f"{where}: {selection.kept} conversations ok{bad}")
     if os.path.exists(os.path.join(BASE, "config.json")):
-        gemma3.check_convertible(BASE, params["model"]["maxtext_name"])
+        families.check_convertible(BASE, params["model"]["maxtext_name"])
         print(f"{BASE}: ok")
 
 

@@ -16,10 +16,10 @@ import shutil
 
 import ml_dtypes
 import numpy as np
-import safetensors.numpy
 from safetensors import safe_open
 
-from stages.lib import gemma3
+from stages.lib import families
+from stages.lib.checkpoint import rename, write_shards
 from stages.lib.cli import StageFailed
 
 WEIGHT_FILES = ("model.safetensors.index.json",)
@@ -66,46 +66,37 @@ def config_differences(a_dir: str, b_dir: str) -> list[str]:
     return diff(_normalised_config(a_dir), _normalised_config(b_dir))
 
 
-def assemble(maxtext_dir: str, base_dir: str, out_dir: str, dtype: str, shard_bytes: int) -> dict:
+def assemble(maxtext_dir: str, base_dir: str, out_dir: str, dtype: str, shard_bytes: int, model_name: str) -> dict:
     """Writes the export into out_dir; returns {tensor name: 'maxtext' | 'base'}."""
     differences = config_differences(maxtext_dir, base_dir)
     if differences:
         raise StageFailed("MaxText exported a config that differs from the base checkpoint's: " + "; ".join(differences[:5]))
 
-    layout = gemma3.LAYOUTS[gemma3.detect_layout(base_dir)]
+    layouts = families.of(model_name).LAYOUTS
+    layout = layouts[families.detect_layout(base_dir, model_name)]
     base_files = _tensor_files(base_dir)
-    trained = {gemma3.rename(n, gemma3.TRANSFORMERS_PREFIX, layout): (path, n) for n, path in _tensor_files(maxtext_dir).items()}
+    trained = {rename(n, layouts["transformers"], layout): (path, n) for n, path in _tensor_files(maxtext_dir).items()}
     missing = sorted(set(trained) - set(base_files))
     if missing:
         raise StageFailed(f"MaxText exported tensors the base does not have, e.g. {missing[0]}")
     sources = {n: trained.get(n, (path, n)) for n, path in base_files.items()}
 
     target = NP_DTYPES[dtype]
-    shards, current, size = [], {}, 0
-    for name in sorted(sources):
-        path, key = sources[name]
-        with safe_open(path, framework="np") as f:
-            tensor = f.get_tensor(key)
-        with safe_open(base_files[name], framework="np") as f:
-            base_shape = f.get_slice(name).get_shape()
-        if list(tensor.shape) != list(base_shape):
-            raise StageFailed(f"{name}: exported shape {list(tensor.shape)} differs from the base's {list(base_shape)}")
-        if np.issubdtype(tensor.dtype, np.floating) or tensor.dtype == ml_dtypes.bfloat16:
-            tensor = tensor.astype(target)
-        if current and size + tensor.nbytes > shard_bytes:
-            shards.append(current)
-            current, size = {}, 0
-        current[name] = tensor
-        size += tensor.nbytes
-    if current:
-        shards.append(current)
 
-    weight_map = {}
-    for i, shard in enumerate(shards, start=1):
-        filename = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-        safetensors.numpy.save_file(shard, os.path.join(out_dir, filename), metadata={"format": "pt"})
-        weight_map.update({name: filename for name in shard})
-        shard.clear()
+    def tensors():
+        for name in sorted(sources):
+            path, key = sources[name]
+            with safe_open(path, framework="np") as f:
+                tensor = f.get_tensor(key)
+            with safe_open(base_files[name], framework="np") as f:
+                base_shape = f.get_slice(name).get_shape()
+            if list(tensor.shape) != list(base_shape):
+                raise StageFailed(f"{name}: exported shape {list(tensor.shape)} differs from the base's {list(base_shape)}")
+            if np.issubdtype(tensor.dtype, np.floating) or tensor.dtype == ml_dtypes.bfloat16:
+                tensor = tensor.astype(target)
+            yield name, tensor
+
+    weight_map = write_shards(tensors(), out_dir, shard_bytes)
     total = sum(os.path.getsize(os.path.join(out_dir, f)) for f in set(weight_map.values()))
     with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2, sort_keys=True)

@@ -11,8 +11,8 @@ Run by convert_out (through stages.lib.maxtext_main, like MaxText's own entry po
 
 Like is compared with like. The export holds the trained float32 weights rounded to its
 dtype, so the reference is MaxText running exactly those rounded weights (each trained
-tensor rounded as the export rounds it, in the model family's HF layout: gemma3.py's
-`export_rounding`), in float32, on a few fixed chat prompts; `transformers` runs the export,
+tensor rounded as the export rounds it, in the model family's HF layout: the family's
+`export_rounding`, stages/lib/families/), in float32, on a few fixed chat prompts; `transformers` runs the export,
 in float32, on the same prompts. An honest export then differs from its reference only by
 the two libraries' float32 arithmetic, whatever the model's size, so the gate can be tight:
 per prompt, the KL divergence of the export's next-token distributions from MaxText's, top-1
@@ -98,20 +98,20 @@ def logits(model, mesh, batch: int, prompts: list[list[int]]) -> list[np.ndarray
     return [out[i, : len(p)] for i, p in enumerate(prompts)]
 
 
-def round_like_the_export(model, dtype: str, hf_config) -> int:
+def round_like_the_export(model, model_name: str, dtype: str, hf_config) -> int:
     """Replaces every parameter with the value the export holds for it, read back into
-    MaxText's layout (gemma3.export_rounding); returns how many tensors changed."""
+    MaxText's layout (the family's export_rounding); returns how many tensors changed."""
     import jax.numpy as jnp
     from flax import nnx
 
-    from stages.lib import gemma3
+    from stages.lib import families
 
     state = nnx.state(model, nnx.Param)
     changed = 0
     for path, variable in nnx.to_flat_state(state):
         names = tuple(str(k) for k in path)
         value = np.asarray(variable.value, dtype=np.float32)
-        rounded = gemma3.export_rounding(names, value, dtype, hf_config)
+        rounded = families.export_rounding(model_name, names, value, dtype, hf_config)
         if not np.array_equal(rounded, value):
             changed += 1
         variable.value = jnp.asarray(rounded, dtype=variable.value.dtype)
@@ -207,14 +207,15 @@ def check(export_dir: str, base_dir: str, dtype: str, tie_margin: float, maxtext
     a LoRA run (`lora`: base params, adapter) the merge against the adapter unmerged."""
     import transformers
 
-    from stages.lib import export
+    from stages.lib import export, maxtext_main
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(export_dir)
     hf_config = transformers.AutoConfig.from_pretrained(export_dir)
-    prompts = prompt_token_ids(tokenizer, getattr(hf_config, "text_config", hf_config).sliding_window)
+    # A long prompt is longer than a sliding window (Gemma 3's local layers), or 64 tokens.
+    prompts = prompt_token_ids(tokenizer, getattr(getattr(hf_config, "text_config", hf_config), "sliding_window", None) or 64)
     model, mesh, batch = maxtext_model(maxtext_args, prompts)
     trained = logits(model, mesh, batch, prompts)
-    rounded_tensors = round_like_the_export(model, dtype, hf_config)
+    rounded_tensors = round_like_the_export(model, maxtext_main.model_name(maxtext_args), dtype, hf_config)
     reference = logits(model, mesh, batch, prompts)
     del model
     report = summary(reference, transformers_logits(export_dir, prompts), tie_margin)

@@ -51,7 +51,7 @@ def main() -> None:
     started = time.monotonic()
     convert(to_hf_args + [f"base_output_directory={raw}"])
     converted = time.monotonic()
-    sources = export.assemble(raw, ours.base, ours.out, ours.dtype, ours.shard_bytes)
+    sources = export.assemble(raw, ours.base, ours.out, ours.dtype, ours.shard_bytes, maxtext_main.model_name(check_args))
     shutil.rmtree(raw)
     assembled = time.monotonic()
     export_check.run(ours, ours.out, check_args)

@@ -14,7 +14,7 @@ import importlib.util
 import os
 from dataclasses import dataclass, field
 
-from stages.lib import gemma3, hardware, paths
+from stages.lib import families, hardware, paths
 
 TO_MAXTEXT = "maxtext.checkpoint_conversion.to_maxtext"
 TO_HUGGINGFACE = "maxtext.checkpoint_conversion.to_huggingface"
@@ -74,7 +74,7 @@ def on_cpu(params: dict) -> dict:
 def common(params: dict, processes: int = 1) -> list[str]:
     """What every entry point gets: the base checkpoint's architecture, the hardware, caches.
     `processes`: of the job (only training runs as several: stages/lib/launch.py)."""
-    args = gemma3.maxtext_model_args(paths.BASE_HF, params["model"]["maxtext_name"])
+    args = families.maxtext_model_args(paths.BASE_HF, params["model"]["maxtext_name"])
     args += [f"scan_layers={_bool(params['model']['scan_layers'])}",
              f"jax_cache_dir={_abs(params['runtime']['compile_cache_dir'])}"]
     if params["hardware"]["kind"] == "cpu":
@@ -143,7 +143,7 @@ def convert_in(params: dict, out_dir: str) -> Invocation:
         f"--hf_model_path={paths.BASE_HF}",
         "--lazy_load_tensors=true",  # one tensor at a time: RAM stays ~1 GB + the largest tensor
         f"--save_dtype={params['convert_in']['save_dtype']}",
-    ], hf_config=paths.BASE_HF, hf_layout=gemma3.detect_layout(paths.BASE_HF))
+    ], hf_config=paths.BASE_HF, hf_layout=families.detect_layout(paths.BASE_HF, params["model"]["maxtext_name"]))
 
 
 def _training(params: dict, staged: Staged | None = None) -> list[str]:

@@ -43,15 +43,17 @@ def use_checkpoint_config(model_name: str, config_dir: str) -> None:
 def read_layout(model_name: str, layout: str) -> None:
     from maxtext.checkpoint_conversion.utils import param_mapping
 
-    from stages.lib import gemma3
+    from stages.lib import families
+    from stages.lib.checkpoint import rename
 
     stock = param_mapping.PARAM_MAPPING[model_name]
-    src, dst = gemma3.TRANSFORMERS_PREFIX, gemma3.LAYOUTS[layout]
+    layouts = families.of(model_name).LAYOUTS
+    src, dst = layouts["transformers"], layouts[layout]
 
     def mapping_in_checkpoint_names(*args, **kwargs):
         mapping = stock(*args, **kwargs)
         return {
-            mt: [gemma3.rename(n, src, dst) for n in hf] if isinstance(hf, list) else gemma3.rename(hf, src, dst)
+            mt: [rename(n, src, dst) for n in hf] if isinstance(hf, list) else rename(hf, src, dst)
             for mt, hf in mapping.items()
         }
 
@@ -77,6 +79,11 @@ def preload_imports(module: str) -> None:
             except Exception:  # noqa: BLE001 - the entry point's own import reports it properly
                 pass
     gc.freeze()
+
+
+def model_name(maxtext_args: list[str]) -> str | None:
+    """The `model_name=` of a MaxText command line."""
+    return next((a.split("=", 1)[1] for a in maxtext_args if a.startswith("model_name=")), None)
 
 
 PACKAGE_PREFIX = "maxtext:"
@@ -127,7 +134,7 @@ def main() -> None:
     for pair in ours.fetch:
         url, local = pair.split("=", 1)
         fetch(url, local)
-    model_name = next((a.split("=", 1)[1] for a in maxtext_args if a.startswith("model_name=")), None)
+    name = model_name(maxtext_args)
 
     if ours.validate_only:
         from maxtext.configs import pyconfig
@@ -140,9 +147,9 @@ def main() -> None:
         print(f"MaxText accepted the configuration for {ours.module} ({config})")
         return
     if ours.hf_config:
-        use_checkpoint_config(model_name, ours.hf_config)
+        use_checkpoint_config(name, ours.hf_config)
     if ours.hf_layout != "transformers":
-        read_layout(model_name, ours.hf_layout)
+        read_layout(name, ours.hf_layout)
     preload_imports(ours.module)
     sys.argv = [ours.module] + maxtext_args
     # alter_sys=False: this light module stays __main__, so the processes grain spawns for

@@ -14,12 +14,13 @@ and check params.yaml (.vscode/settings.json points VS Code's YAML extension at 
 
 import difflib
 import os
+import typing
 from typing import Annotated, Any, Literal, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from stages.lib import hardware
+from stages.lib import families, hardware
 from stages.lib.cli import UserError
 
 PARAMS_FILE = "params.yaml"
@@ -96,8 +97,8 @@ class DatasetParams(Section):
 
 
 class ModelParams(Section):
-    maxtext_name: Choice("gemma3-4b", "gemma3-12b", "gemma3-27b",
-                         doc="MaxText's architecture family; the dimensions come from the checkpoint")
+    maxtext_name: Choice(*families.maxtext_names(),
+                         doc="MaxText's model (its family: stages/lib/families/); the dimensions come from the checkpoint")
     scan_layers: Bool()
     checkpoint_ocdbt: Bool()
     checkpoint_zarr3: Bool()
@@ -262,8 +263,12 @@ def _message(e: ValidationError, params: Any, where: str) -> str:
     depth = len(loc)
     while depth and _field_at(loc[:depth]) is None:
         depth -= 1
-    key = loc[:depth]
-    return f"{where}: {'.'.join(map(_show, key))}: expected {_expect(_field_at(key))}, got {_value(params, key)!r:.120}"
+    key, field = loc[:depth], _field_at(loc[:depth])
+    got = _value(params, key)
+    message = f"{where}: {'.'.join(map(_show, key))}: expected {_expect(field)}, got {got!r:.120}"
+    options = typing.get_args(field.annotation) if field is not None and typing.get_origin(field.annotation) is Literal else ()
+    close = difflib.get_close_matches(got, options, n=1, cutoff=0.6) if isinstance(got, str) else []
+    return message + (f" (did you mean {close[0]}?)" if close else "")
 
 
 def _check_consistency(p: dict, where: str) -> None:

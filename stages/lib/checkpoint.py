@@ -1,0 +1,135 @@
+"""A Hugging Face checkpoint on disk, whatever its model family: its config, tensor names,
+size and tensor-name layout. What differs between families is in stages/lib/families/.
+"""
+
+import hashlib
+import importlib.metadata
+import json
+import math
+import os
+from types import SimpleNamespace
+
+from stages.lib.cli import UserError
+
+DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
+CONFIG_CACHE = os.path.join(".cache", "checkpoint-configs")
+
+
+class CheckpointError(UserError):
+    """The base checkpoint is missing, unreadable, or not one MaxText can represent."""
+
+
+def read_config(model_dir: str) -> dict:
+    path = os.path.join(model_dir, "config.json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: not found; run the base_model stage first (dvc repro base_model)") from None
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e})") from None
+
+
+def weight_names(model_dir: str) -> list[str]:
+    """Tensor names of a safetensors checkpoint (sharded with an index, or a single file)."""
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            return sorted(json.load(f)["weight_map"])
+    single = os.path.join(model_dir, "model.safetensors")
+    if os.path.exists(single):
+        from safetensors import safe_open
+
+        with safe_open(single, framework="np") as f:
+            return sorted(f.keys())
+    raise CheckpointError(f"{model_dir}: no model.safetensors.index.json or model.safetensors; is it a HF checkpoint?")
+
+
+def parameter_count(model_dir: str) -> int:
+    """Number of weights in a safetensors checkpoint (from the file headers, nothing loaded)."""
+    from safetensors import safe_open
+
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) else ["model.safetensors"]
+    total = 0
+    for name in files:
+        path = os.path.join(model_dir, name)
+        if not os.path.exists(path):
+            raise CheckpointError(f"{path}: missing (named by model.safetensors.index.json); re-run the base_model stage")
+        with safe_open(path, framework="np") as f:
+            total += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    return total
+
+
+def write_shards(tensors, out_dir: str, shard_bytes: int) -> dict[str, str]:
+    """Writes (name, array) pairs, in order, as model-0000i-of-0000n.safetensors files of up
+    to shard_bytes each (the Hub's layout); returns the index's weight_map."""
+    import safetensors.numpy
+
+    shards, current, size = [], {}, 0
+    for name, tensor in tensors:
+        if current and size + tensor.nbytes > shard_bytes:
+            shards.append(current)
+            current, size = {}, 0
+        current[name] = tensor
+        size += tensor.nbytes
+    if current:
+        shards.append(current)
+    weight_map = {}
+    for i, shard in enumerate(shards, start=1):
+        filename = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        safetensors.numpy.save_file(shard, os.path.join(out_dir, filename), metadata={"format": "pt"})
+        weight_map.update({name: filename for name in shard})
+        shard.clear()
+    return weight_map
+
+
+def detect_layout(model_dir: str, layouts: dict[str, dict[str, str]], family: str) -> str:
+    """Which of a family's tensor-name layouts ({layout: {tower: prefix}}) the checkpoint uses."""
+    read_config(model_dir)  # a checkpoint without a readable config.json fails here, first
+    names = weight_names(model_dir)
+    for layout, prefix in layouts.items():
+        if any(n.startswith(prefix["language_model"]) for n in names):
+            return layout
+    expected = " or ".join(f"'{p['language_model']}'" for p in layouts.values())
+    raise CheckpointError(f"{model_dir}: no {family} language-model tensors (expected names starting with {expected})")
+
+
+def rename(name: str, src: dict, dst: dict) -> str:
+    """A tensor name moved from one layout ({tower: prefix}) to another."""
+    for tower, prefix in src.items():
+        if name.startswith(prefix):
+            return dst[tower] + name[len(prefix) :]
+    return name
+
+
+def text_config(model_dir: str, fields: tuple[str, ...]) -> SimpleNamespace:
+    """The checkpoint's text config as transformers normalises it (defaults filled in, rope
+    parameters in today's form), cached under .cache/ by the bytes of config.json, the
+    fields asked for and the transformers version: loading it takes ~4 s (transformers
+    imports torch for its rope code) and every stage reads it."""
+    path = os.path.join(model_dir, "config.json")
+    read_config(model_dir)  # a missing or broken config.json fails here, with one line
+    with open(path, "rb") as f:
+        content = f.read()
+    key = hashlib.sha256(content + ",".join(fields).encode() + importlib.metadata.version("transformers").encode())
+    cached = os.path.join(CONFIG_CACHE, f"{key.hexdigest()[:24]}.json")
+    try:
+        with open(cached) as f:
+            return SimpleNamespace(**json.load(f))
+    except (OSError, json.JSONDecodeError):
+        pass
+    import transformers
+
+    try:
+        config = transformers.AutoConfig.from_pretrained(model_dir)
+    except (ValueError, KeyError) as e:  # an unknown model_type, a malformed field
+        raise CheckpointError(f"{path}: transformers cannot read it ({str(e).splitlines()[0][:200]})") from None
+    text = getattr(config, "text_config", config)
+    values = json.loads(json.dumps({f: getattr(text, f, None) for f in fields}))
+    os.makedirs(CONFIG_CACHE, exist_ok=True)
+    tmp = f"{cached}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(values, f)
+    os.replace(tmp, cached)
+    return SimpleNamespace(**values)

@@ -1,0 +1,247 @@
+"""Model families (stages/lib/families/): flags and checks on the real checkpoints' configs,
+the traps read in MaxText's conversion code, the tiny models; and (slow) each family's tiny
+recipe through the whole pipeline.
+
+    python -m pytest tests/test_families.py -m "not slow"
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from stages.lib import families
+from stages.lib.checkpoint import CheckpointError
+from stages.lib.families import gemma3, llama3, qwen3
+
+DATA = Path(__file__).parent / "data"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def base_with(tmp_path: Path, config_file: str, changes: dict | None = None) -> str:
+    config = json.loads((DATA / config_file).read_text())
+    config.update(changes or {})
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return str(tmp_path)
+
+
+def maxtext_model_config(name: str) -> dict:
+    from stages.lib.tiny import maxtext_asset
+
+    return yaml.safe_load(Path(maxtext_asset("configs", "models", f"{name}.yml")).read_text())
+
+
+@pytest.mark.parametrize("config_file, name", [("Llama-3.1-8B-Instruct.config.json", "llama3.1-8b"),
+                                               ("Qwen3-8B.config.json", "qwen3-8b")])
+def test_flags_for_the_real_checkpoint_reproduce_maxtexts_own_model_config(tmp_path, config_file, name):
+    """For the recipes' real config.json, every architecture key MaxText's own model file
+    sets comes out the same from the checkpoint (the flags then describe that model)."""
+    args = dict(a.split("=", 1) for a in families.maxtext_model_args(base_with(tmp_path, config_file), name))
+    own = maxtext_model_config(name)
+    compared = [k for k in args if k in own]
+    assert {"base_emb_dim", "base_mlp_dim", "base_num_decoder_layers", "base_num_query_heads", "head_dim",
+            "vocab_size", "rope_max_timescale", "normalization_layer_epsilon", "logits_via_embedding"} <= set(compared)
+    for key in compared:
+        ours = yaml.safe_load(args[key])
+        assert (float(ours) if isinstance(ours, str) else ours) == own[key], key  # YAML 1.1 reads 1e-05 as text
+
+
+def test_llama_3_1_rope_scaling_is_maxtexts_and_3_2s_is_refused(tmp_path):
+    args = families.maxtext_model_args(base_with(tmp_path, "Llama-3.1-8B-Instruct.config.json"), "llama3.1-8b")
+    assert "rope_use_scale=true" in args
+    with pytest.raises(CheckpointError) as e:  # Llama 3.2 1B: factor 32, which MaxText hard-codes as 8
+        families.maxtext_model_args(base_with(tmp_path, "Llama-3.2-1B-Instruct.config.json"), "llama3.1-8b")
+    assert "\n" not in str(e.value) and "'factor': 32.0" in str(e.value) and "not convertible by MaxText" in str(e.value)
+    no_scaling = families.maxtext_model_args(base_with(tmp_path, "Llama-3.1-8B-Instruct.config.json", {"rope_scaling": None}),
+                                             "llama3.1-8b")
+    assert "rope_use_scale=false" in no_scaling  # Llama 3.0: plain RoPE
+
+
+@pytest.mark.parametrize("config_file, name, changes, named", [
+    ("Llama-3.1-8B-Instruct.config.json", "llama3.1-8b", {"attention_bias": True}, "attention_bias=True"),
+    ("Llama-3.1-8B-Instruct.config.json", "llama3.1-8b", {"hidden_act": "gelu"}, "hidden_act='gelu'"),
+    ("Llama-3.1-8B-Instruct.config.json", "llama3.1-8b",
+     {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_scaling type 'dynamic'"),
+    ("Qwen3-8B.config.json", "qwen3-8b", {"use_sliding_window": True}, "use_sliding_window=True"),
+    ("Qwen3-8B.config.json", "qwen3-8b", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                           "original_max_position_embeddings": 32768}}, "'yarn'"),
+    ("Qwen3-8B.config.json", "qwen3-8b", {"model_type": "qwen2"}, "model_type='qwen2' (a Qwen 3 checkpoint has 'qwen3')"),
+    ("Qwen3-8B.config.json", "gemma3-4b", {}, "not convertible by MaxText as gemma3-4b: model_type='qwen3'"),
+    ("Llama-3.1-8B-Instruct.config.json", "qwen3-8b", {}, "model_type='llama' (a Qwen 3 checkpoint has 'qwen3')"),
+])
+def test_what_maxtext_cannot_represent_is_refused_in_one_line(tmp_path, config_file, name, changes, named):
+    with pytest.raises(CheckpointError) as e:
+        families.maxtext_model_args(base_with(tmp_path, config_file, changes), name)
+    assert named in str(e.value) and "\n" not in str(e.value)
+
+
+def test_tied_embeddings_come_from_the_checkpoint_whatever_the_name(tmp_path):
+    """Qwen3 0.6B-4B tie the output layer to the embedding, 8B does not: MaxText's model
+    files fix it per name, the flags take it from the checkpoint."""
+    tied = families.maxtext_model_args(base_with(tmp_path, "Qwen3-8B.config.json", {"tie_word_embeddings": True}), "qwen3-8b")
+    assert "logits_via_embedding=true" in tied and "use_qk_norm" not in " ".join(tied)  # qk-norm: from qwen3's model file
+    assert maxtext_model_config("qwen3-8b")["use_qk_norm"] is True
+
+
+def test_every_accepted_name_is_in_maxtexts_converter_tables_and_configs():
+    from maxtext.checkpoint_conversion.utils import hf_model_configs, param_mapping
+    from stages.lib.tiny import maxtext_asset
+
+    for name in families.maxtext_names():
+        assert name in hf_model_configs.HF_MODEL_CONFIGS and name in param_mapping.PARAM_MAPPING, name
+        assert Path(maxtext_asset("configs", "models", f"{name}.yml")).exists(), name
+        assert families.of(name).MAXTEXT_NAMES.count(name) == 1
+    with pytest.raises(CheckpointError, match="llama3-8b"):
+        families.of("llama3-8b")
+
+
+def test_llama_export_rounding_is_what_maxtexts_query_hooks_and_the_export_do():
+    """The export check's reference for a Llama query kernel: MaxText's own hooks (scale by
+    sqrt(head_dim), RoPE permutation) to HF, rounded to bf16 as stages/lib/export.py does,
+    and MaxText's hooks back. Equal, to float32's last bit, to export_rounding."""
+    import ml_dtypes
+    from maxtext.checkpoint_conversion.utils import param_mapping
+
+    config = {"num_hidden_layers": 1, "head_dim": 32}
+    to_hf = param_mapping.LLAMA31_MAXTEXT_TO_HF_PARAM_HOOK_FN(config, None, scan_layers=False, saving_to_hf=True)
+    to_mt = param_mapping.LLAMA31_MAXTEXT_TO_HF_PARAM_HOOK_FN(config, None, scan_layers=False, saving_to_hf=False)
+    key = "params-decoder-layers_0-self_attention-query-kernel"
+    mt_shape, hf_shape = (128, 4, 32), (128, 128)
+    value = np.random.default_rng(0).normal(0, 0.05, mt_shape).astype(np.float32)
+    x = value
+    for hook in to_hf[key]:
+        x = np.asarray(hook(x, hf_shape))
+    x = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    for hook in to_mt[key]:
+        x = np.asarray(hook(x, mt_shape))
+
+    class HF:
+        head_dim = 32
+
+    ours = llama3.export_rounding(("decoder", "layers_0", "self_attention", "query", "kernel"), value, "bfloat16", HF)
+    np.testing.assert_allclose(ours, x, rtol=2e-7, atol=0)
+    assert not np.array_equal(ours, families.rounded(value, "bfloat16"))  # the scaling matters
+    plain = llama3.export_rounding(("decoder", "layers_0", "self_attention", "key", "kernel"), value, "bfloat16", HF)
+    assert np.array_equal(plain, families.rounded(value, "bfloat16"))
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoints(tmp_path_factory) -> dict:
+    out = {}
+    for family in (llama3, qwen3):
+        path = tmp_path_factory.mktemp(family.__name__.rsplit(".", 1)[-1])
+        family.build_tiny(str(path), seed=0)
+        out[family] = path
+    return out
+
+
+def test_tiny_models_are_convertible_causal_lms_of_their_family(tiny_checkpoints):
+    for family, path in tiny_checkpoints.items():
+        config = json.loads((path / "config.json").read_text())
+        assert config["architectures"][0].endswith("ForCausalLM")
+        name = family.MAXTEXT_NAMES[0]
+        assert families.check_convertible(str(path), name) == "transformers"
+        assert families.of(name) is family
+        names = json.loads((path / "model.safetensors.index.json").read_text())["weight_map"]
+        assert ("lm_head.weight" in names) == (not config["tie_word_embeddings"])
+        assert any(".q_norm." in n for n in names) == (family is qwen3)  # Qwen 3's qk-norm
+
+
+def test_tiny_llama_has_llama_3s_real_vocabulary_and_one_bos(tiny_checkpoints):
+    """Its tokens are tiktoken's on MaxText's Llama 3 file; like the Hub's tokenizer.json it
+    puts <|begin_of_text|> first, except as MaxText loads it (no BOS: the template writes it)."""
+    import transformers
+    from maxtext.input_pipeline.tokenizer import TikTokenTokenizer
+
+    from stages.lib.tiny import maxtext_asset
+    from stages.lib.token_lengths import load_tokenizer
+
+    path = tiny_checkpoints[llama3]
+    reference = TikTokenTokenizer(maxtext_asset("assets", "tokenizers", "tokenizer_llama3.tiktoken"), False, False)
+    hub_like, as_maxtext = transformers.AutoTokenizer.from_pretrained(path), load_tokenizer(str(path))
+    for text in ["What is the capital of Peru?", "17 plus 25 is 42.", "naïve café, 東京", "  spaces\n\nand lines"]:
+        assert as_maxtext(text)["input_ids"] == reference.encode(text)
+        assert hub_like(text)["input_ids"] == [128000, *reference.encode(text)]
+    rendered = as_maxtext.apply_chat_template([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+                                              add_generation_prompt=True, tokenize=False)
+    assert rendered == ("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                        "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
+
+
+def test_tiny_qwen_has_qwen_3s_own_tokenizer_files_and_its_padded_vocabulary(tiny_checkpoints):
+    """As Qwen's real checkpoints: more embedding rows (151,936) than tokens (151,669), and
+    the flags give MaxText the checkpoint's row count, so its hook pads or cuts nothing."""
+    import transformers
+
+    from stages.lib.tiny import maxtext_asset
+
+    path = tiny_checkpoints[qwen3]
+    source = Path(maxtext_asset("assets", "tokenizers", "qwen3-tokenizer"))
+    for f in source.iterdir():
+        assert (path / f.name).read_bytes() == f.read_bytes()
+    tokens = len(transformers.AutoTokenizer.from_pretrained(path))
+    rows = json.loads((path / "config.json").read_text())["vocab_size"]
+    assert tokens == 151669 < rows == 151936
+    assert f"vocab_size={rows}" in families.maxtext_model_args(str(path), "qwen3-0.6b")
+
+
+def test_each_familys_template_takes_what_the_row_checks_let_through(tiny_checkpoints, tiny_base):
+    """A leading system turn, then alternating turns: MaxText's own round splitting
+    (prompt/completion by the template) works for every family, the system text kept
+    (Gemma folds it into the first user turn)."""
+    from stages.lib import chat
+    from stages.lib.token_lengths import load_tokenizer, maxtext_length
+
+    row = [{"role": "system", "content": "Answer in French."}, {"role": "user", "content": "Hello?"},
+           {"role": "assistant", "content": "Bonjour."}, {"role": "user", "content": "Thanks"},
+           {"role": "assistant", "content": "De rien."}]
+    assert chat.problem({"messages": row}) is None
+    for path in [tiny_base, *tiny_checkpoints.values()]:
+        tokenizer = load_tokenizer(str(path))
+        assert "Answer in French." in tokenizer.apply_chat_template(row, tokenize=False)
+        assert maxtext_length(tokenizer, row) > 10
+
+
+def test_the_family_recipes_are_their_families():
+    """Each family's recipes name its models; the committed ones pin a 40-digit revision."""
+    expected = {"tiny-llama3": llama3, "tiny-qwen3": qwen3, "llama3.1-8b-v6e-8": llama3, "qwen3-8b-v6e-8": qwen3,
+                "tiny": gemma3, "gemma3-4b-v6e-8": gemma3}
+    for recipe, family in expected.items():
+        p = yaml.safe_load((REPO / "recipes" / f"{recipe}.yaml").read_text())
+        assert families.of(p["model"]["maxtext_name"]) is family, recipe
+        if p["base_model"]["source"] == "hub":
+            assert len(p["base_model"]["revision"]) == 40
+    for path in (REPO / "stages").rglob("*.py"):  # nothing outside the families names one
+        if "families" not in path.parts:
+            text = path.read_text()
+            assert not any(f"families import {m}" in text or f"families.{m}" in text for m in families.MODULES), path
+
+
+# Every family's tiny recipe but Gemma 3's (tiny.yaml: the rest of the suite runs it).
+FAMILY_RECIPES = sorted(p.stem for p in (REPO / "recipes").glob("tiny-*.yaml"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", FAMILY_RECIPES)
+def test_tiny_family_runs_the_whole_pipeline(workspace, recipe):
+    """convert in, train, convert out with the export gate, evaluate: a held-out loss that
+    drops, an export transformers loads, the same files and tensor names as the base."""
+    from conftest import sh
+
+    root = workspace(recipe, recipe=recipe)
+    proc = sh(["dvc", "repro"], root, timeout=1500)
+    check = json.loads((root / "metrics" / "export_check.json").read_text())["export"]
+    assert check["passed"] and check["top1_agreement"] >= 0.99, check
+    heldout = json.loads((root / "metrics" / "eval.json").read_text())["eval"]
+    assert heldout["fine_tuned_loss"] < heldout["base_loss"] - 0.5, heldout
+    base, export = root / "models" / "base-hf", root / "models" / "sft-hf"
+    base_names = json.loads((base / "model.safetensors.index.json").read_text())["weight_map"]
+    assert set(json.loads((export / "model.safetensors.index.json").read_text())["weight_map"]) == set(base_names)
+    for f in base.iterdir():
+        if not f.name.endswith(".safetensors") and f.name not in ("config.json", "model.safetensors.index.json"):
+            assert (export / f.name).read_bytes() == f.read_bytes(), f.name  # tokenizer, template, generation config
+    generations = (root / "eval" / "generations.md").read_text()
+    assert generations.count("What is 17 plus 25?") >= 1
+    assert "done in" in proc.stdout
