@@ -141,6 +141,19 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             return file_group(nodeid)
 
+        def _reschedule(self, node) -> None:
+            # xdist hands a worker its next unit while the worker still has two tests to run;
+            # with tests of minutes that bound two more pipeline files to one busy worker
+            # while the other ran out of work (a 4-minute tail, measured). One pending test
+            # is the least that keeps a worker going: it runs a test only once it knows the next.
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+                return
+            if self._pending_of(self.assigned_work[node]) <= 1:
+                self._assign_work_unit(node)
+
     return ByFile(config, log)
 
 

@@ -96,7 +96,7 @@ def model_card(params: dict, check: dict, repo_id: str) -> str:
     evaluation = (read_json(os.path.join("metrics", "eval.json")) or {}).get("eval", {})
     origin = provenance()
     family = families.of(params["model"]["maxtext_name"])
-    base = b["repo_id"] if b["source"] == "hub" else f"the tiny {family.NAME} of this pipeline (seed {b['tiny_seed']})"
+    base = b["repo_id"] if b["source"] == "hub" else f"the tiny {family.NAME} of this pipeline (seed {b['tiny_seed']}: {family.TINY})"
     data = f"{d['repo_id']}@{d['revision']}" if d["source"] == "hub" else f"{d['local_dir']} (in the pipeline's repository)"
     front = {"library_name": "transformers", "pipeline_tag": family.PIPELINE_TAG, "tags": ["maxtext", "sft", "dvc"]}
     if b["source"] == "hub":

@@ -12,8 +12,8 @@ Run by convert_out (through stages.lib.maxtext_main, like MaxText's own entry po
 Like is compared with like. The export holds the trained float32 weights rounded to its
 dtype, so the reference is MaxText running exactly those rounded weights (each trained
 tensor rounded as the export rounds it, in the model family's HF layout: the family's
-`export_rounding`, stages/lib/families/), in float32, on a few fixed chat prompts; `transformers` runs the export,
-in float32, on the same prompts. An honest export then differs from its reference only by
+`export_rounding`, stages/lib/families/), in float32, on a few fixed chat prompts;
+`transformers` runs the export, in float32, on the same prompts. An honest export then differs from its reference only by
 the two libraries' float32 arithmetic, whatever the model's size, so the gate can be tight:
 per prompt, the KL divergence of the export's next-token distributions from MaxText's, top-1
 agreement and the largest logit difference. Reported beside it, as information, is what
