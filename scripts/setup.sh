@@ -33,7 +33,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # The lock is fully resolved, so --no-deps installs exactly it (google-tunix declares heavy
   # dependencies MaxText's SFT path never imports; see requirements/cpu-overrides.txt).
   # --compile-bytecode: Python's first import of torch, JAX, transformers and MaxText would
-  # otherwise compile them, ~2.5 minutes of a newcomer's first demo (docs/benchmarks.md, row 2).
+  # otherwise compile them: ~3 minutes of a newcomer's first demo (docs/benchmarks.md, "The
+  # test suite and the demo").
   .venv/bin/python -m uv pip install -q --python .venv/bin/python --no-deps --compile-bytecode -r requirements/cpu.lock
   echo "$want" > "$stamp"
 fi

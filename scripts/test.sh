@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test suite: real MaxText on CPU with the tiny model, real DVC, real GCS protocol.
 #
-#   scripts/test.sh            # everything (~42 minutes on 2 cores, two workers)
-#   scripts/test.sh -m "not slow"   # the fast tests only (~1.5 minutes)
+#   scripts/test.sh            # everything (~38 minutes on 2 cores, two workers)
+#   scripts/test.sh -m "not slow"   # the fast tests only (~2 minutes)
 #
 # Builds .venv (and the browser check's Chromium + node packages) if needed. Extra arguments go to pytest.
 set -euo pipefail
