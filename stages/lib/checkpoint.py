@@ -30,18 +30,18 @@ def read_config(model_dir: str) -> dict:
         raise CheckpointError(f"{path}: not valid JSON ({e})") from None
 
 
-def weight_names(model_dir: str) -> list[str]:
-    """Tensor names of a safetensors checkpoint (sharded with an index, or a single file)."""
+def tensor_files(model_dir: str) -> dict[str, str]:
+    """Tensor name -> the safetensors file holding it (sharded with an index, or a single file)."""
     index = os.path.join(model_dir, "model.safetensors.index.json")
     if os.path.exists(index):
         with open(index) as f:
-            return sorted(json.load(f)["weight_map"])
+            return {k: os.path.join(model_dir, v) for k, v in json.load(f)["weight_map"].items()}
     single = os.path.join(model_dir, "model.safetensors")
     if os.path.exists(single):
         from safetensors import safe_open
 
         with safe_open(single, framework="np") as f:
-            return sorted(f.keys())
+            return dict.fromkeys(f.keys(), single)
     raise CheckpointError(f"{model_dir}: no model.safetensors.index.json or model.safetensors; is it a HF checkpoint?")
 
 
@@ -49,11 +49,8 @@ def parameter_count(model_dir: str) -> int:
     """Number of weights in a safetensors checkpoint (from the file headers, nothing loaded)."""
     from safetensors import safe_open
 
-    index = os.path.join(model_dir, "model.safetensors.index.json")
-    files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) else ["model.safetensors"]
     total = 0
-    for name in files:
-        path = os.path.join(model_dir, name)
+    for path in sorted(set(tensor_files(model_dir).values())):
         if not os.path.exists(path):
             raise CheckpointError(f"{path}: missing (named by model.safetensors.index.json); re-run the base_model stage")
         with safe_open(path, framework="np") as f:
@@ -87,7 +84,7 @@ def write_shards(tensors, out_dir: str, shard_bytes: int) -> dict[str, str]:
 def detect_layout(model_dir: str, layouts: dict[str, dict[str, str]], family: str) -> str:
     """Which of a family's tensor-name layouts ({layout: {tower: prefix}}) the checkpoint uses."""
     read_config(model_dir)  # a checkpoint without a readable config.json fails here, first
-    names = weight_names(model_dir)
+    names = tensor_files(model_dir)
     for layout, prefix in layouts.items():
         if any(n.startswith(prefix["language_model"]) for n in names):
             return layout

@@ -19,24 +19,13 @@ import numpy as np
 from safetensors import safe_open
 
 from stages.lib import families
-from stages.lib.checkpoint import rename, write_shards
+from stages.lib.checkpoint import rename, tensor_files, write_shards
 from stages.lib.cli import StageFailed
 
 WEIGHT_FILES = ("model.safetensors.index.json",)
 # Config fields that describe the file, not the model; they may differ between exports.
 VOLATILE = {"transformers_version", "dtype", "torch_dtype", "_name_or_path"}
 NP_DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float32": np.float32}
-
-
-def _tensor_files(model_dir: str) -> dict[str, str]:
-    """Tensor name -> the safetensors file holding it."""
-    index = os.path.join(model_dir, "model.safetensors.index.json")
-    if os.path.exists(index):
-        with open(index) as f:
-            return {k: os.path.join(model_dir, v) for k, v in json.load(f)["weight_map"].items()}
-    path = os.path.join(model_dir, "model.safetensors")
-    with safe_open(path, framework="np") as f:
-        return {k: path for k in f.keys()}
 
 
 def _normalised_config(model_dir: str) -> dict:
@@ -74,8 +63,8 @@ def assemble(maxtext_dir: str, base_dir: str, out_dir: str, dtype: str, shard_by
 
     layouts = families.of(model_name).LAYOUTS
     layout = layouts[families.detect_layout(base_dir, model_name)]
-    base_files = _tensor_files(base_dir)
-    trained = {rename(n, layouts["transformers"], layout): (path, n) for n, path in _tensor_files(maxtext_dir).items()}
+    base_files = tensor_files(base_dir)
+    trained = {rename(n, layouts["transformers"], layout): (path, n) for n, path in tensor_files(maxtext_dir).items()}
     missing = sorted(set(trained) - set(base_files))
     if missing:
         raise StageFailed(f"MaxText exported tensors the base does not have, e.g. {missing[0]}")
