@@ -25,15 +25,19 @@ OUT = paths.SFT_HF
 METRICS = os.path.join("metrics", "export_check.json")
 
 
-def check_export(params: dict, export_dir: str, report_path: str) -> tuple[dict, list[str]]:
-    """The export check of an existing export (convert_out checks its own in export_run).
+def check_exports(params: dict, exports: dict[str, str]) -> list[tuple[dict, list[str]]]:
+    """The export check of existing exports ({export directory: report path}), in one MaxText
+    process (convert_out checks its own in export_run).
 
-    Returns the report and the list of failures (empty: passed).
+    Returns, per export, the report and the list of failures (empty: passed).
     """
-    maxtext.run("convert_out.check", flags.export_check(params, export_dir, report_path), params)
-    with open(report_path) as f:
-        report = json.load(f)
-    return report, export_check.failures(report, params["convert_out"]["check"])
+    maxtext.run("convert_out.check", flags.export_check(params, exports), params)
+    checked = []
+    for report_path in exports.values():
+        with open(report_path) as f:
+            report = json.load(f)
+        checked.append((report, export_check.failures(report, params["convert_out"]["check"])))
+    return checked
 
 
 def failure_message(failures: list[str]) -> str:

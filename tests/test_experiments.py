@@ -1,13 +1,14 @@
-"""Experiments: variants run with `dvc exp run -S`, compared in `dvc exp show`, retrieved
-with `dvc exp apply`; a queued grid; a LoRA variant; the evaluation that tells them apart."""
+"""Experiments: a grid queued with tools/grid.py (`dvc exp run --queue -S` for each variant)
+and run by `dvc queue start`, compared in `dvc exp show`, retrieved with `dvc exp apply`; a
+LoRA variant; the evaluation that tells them apart. (`dvc exp run` in the workspace: the
+convert_out.* experiment of tests/test_remote.py.)"""
 
 import json
-import time
 
 import pytest
 import yaml
 
-from conftest import EXPERIMENTS, apply, clone_workspace, sh, sha256s, stages_run
+from conftest import EXPERIMENTS, apply, sh, sha256s, stages_run
 
 pytestmark = pytest.mark.slow
 
@@ -26,20 +27,26 @@ def exp_rows(root) -> dict:
     return rows
 
 
+def test_the_grid_queues_runs_and_reports_every_variant(experiments):
+    assert [line.split()[2] for line in experiments.queued.splitlines() if line.startswith("grid: queued ")] == EXPERIMENTS
+    assert "Failed" not in experiments.status and experiments.status.count("Success") == len(EXPERIMENTS), experiments.status
+    rows = exp_rows(experiments.root)
+    for name, lora in zip(EXPERIMENTS, (True, False)):
+        train = rows[name]["params"]["params.yaml"]["train"]
+        assert train["learning_rate"] == 5e-3 and train["lora"]["enabled"] is lora, (name, train)
+        assert rows[name]["metrics"]["metrics/eval.json"]["eval"]["fine_tuned_loss"] > 0
 
 
 def test_a_train_param_reruns_train_and_what_follows(experiments):
-    _, outputs, _ = experiments
     for name in EXPERIMENTS:
-        assert stages_run(outputs[name]) == ["train", "convert_out", "evaluate"], name
+        assert stages_run(experiments.logs[name]) == ["train", "convert_out", "evaluate"], (name, experiments.logs[name][-2000:])
 
 
 def test_two_experiments_differ_in_their_param_and_metrics(experiments):
-    root, _, _ = experiments
-    rows = exp_rows(root)
-    a, b = rows["lr5e-4"], rows["lora-lr5e-3"]
-    assert a["params"]["params.yaml"]["train"]["learning_rate"] == 5e-4
-    assert b["params"]["params.yaml"]["train"]["learning_rate"] == 5e-3
+    rows = exp_rows(experiments.root)
+    a, b = rows["no-lora-lr5e-3"], rows["lora-lr5e-3"]
+    assert a["params"]["params.yaml"]["train"]["lora"]["enabled"] is False
+    assert b["params"]["params.yaml"]["train"]["lora"]["enabled"] is True
     for row in (a, b):
         m = row["metrics"]
         # (mfu too on a TPU; on CPU there is no peak to divide by, and DVC drops the null)
@@ -52,17 +59,21 @@ def test_two_experiments_differ_in_their_param_and_metrics(experiments):
 
 
 def test_applying_an_experiment_restores_its_weights(experiments):
-    root, _, exports = experiments
-    assert exports["lr5e-4"] != exports["lora-lr5e-3"]
-    for name in ("lora-lr5e-3", "lr5e-4"):
+    root, exported = experiments.root, {}
+    for name in [*EXPERIMENTS, EXPERIMENTS[0]]:  # and back again
         apply(root, name)
-        assert sha256s(root / "models" / "sft-hf") == exports[name], name
+        # The workspace's outputs are the ones the experiment's dvc.lock names ...
+        assert json.loads(sh(["dvc", "status", "--json"], root).stdout) == {}, name
+        # ... and the same files each time it is applied.
+        files = sha256s(root / "models" / "sft-hf")
+        assert exported.setdefault(name, files) == files, name
+    assert exported[EXPERIMENTS[0]] != exported[EXPERIMENTS[1]]
 
 
 def test_lora_variant_trains_exports_and_loads(experiments):
     import transformers
 
-    root, _, exports = experiments
+    root = experiments.root
     apply(root, "lora-lr5e-3")
     assert (root / "models" / "sft-maxtext" / "lora").is_dir() and (root / "models" / "sft-maxtext" / "params").is_dir()
     check = json.loads((root / "metrics" / "export_check.json").read_text())["export"]
@@ -81,22 +92,3 @@ def test_fine_tuning_lowers_held_out_loss(tiny_run):
     assert m["fine_tuned_perplexity"] < m["base_perplexity"]
     generations = (tiny_run.path / "eval" / "generations.md").read_text()
     assert generations.count("**fine-tuned**") == 4 and "What is the capital of Peru?" in generations
-
-
-def test_queued_grid_runs_and_reports_every_variant(tiny_run, tmp_path):
-    root = clone_workspace(tiny_run, tmp_path)
-    sh(["python", "-m", "tools.grid", "evaluate.max_new_tokens=4,8"], root)
-    sh(["dvc", "queue", "start", "--jobs", "1"], root)
-    deadline = time.monotonic() + 1200
-    while True:
-        status = sh(["dvc", "queue", "status"], root).stdout
-        if not any(word in status for word in ("Queued", "Running")):
-            break
-        assert time.monotonic() < deadline, status
-        time.sleep(5)
-    assert "Failed" not in status, status
-    rows = exp_rows(root)
-    for tokens in (4, 8):
-        row = rows[f"max-new-tokens{tokens}"]
-        assert row["params"]["params.yaml"]["evaluate"]["max_new_tokens"] == tokens
-        assert row["metrics"]["metrics/eval.json"]["eval"]["fine_tuned_loss"] > 0

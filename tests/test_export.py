@@ -97,45 +97,51 @@ def test_export_has_every_base_tensor_and_the_trained_weights(tiny_run):
     assert not np.array_equal(base[f"{lm}layers.6.mlp.gate_proj.weight"], sft[f"{lm}layers.6.mlp.gate_proj.weight"])
 
 
-def corrupted_copy(tiny_run, tmp_path, corrupt) -> str:
-    copy = tmp_path / "export"
-    shutil.copytree(tiny_run.path / "models" / "sft-hf", copy)  # a real copy: the original links into the cache
-    corrupt(copy)
-    return str(copy)
+def wrong_rope(d):
+    config = json.loads((d / "config.json").read_text())
+    config["text_config"]["rope_theta"] = 10000.0  # MaxText's hard-coded table's value
+    (d / "config.json").write_text(json.dumps(config))
 
 
-def check(tiny_run, export_dir, tmp_path):
+def scale_embedding(d):
+    index = json.loads((d / "model.safetensors.index.json").read_text())["weight_map"]
+    name = gemma3.HUB_PREFIX["language_model"] + "embed_tokens.weight"
+    path = d / index[name]
+    shard = safetensors.numpy.load_file(path)
+    shard[name] = (shard[name].astype(np.float32) * 1.01).astype(ml_dtypes.bfloat16)
+    safetensors.numpy.save_file(shard, path, metadata={"format": "pt"})
+
+
+@pytest.fixture(scope="module")
+def rejected(tiny_run, tmp_path_factory) -> dict:
+    """Broken copies of tiny_run's export, checked as convert_out checks an export (one
+    process for all of them): {fault: (report, failures)}."""
     from stages import convert_out
     from stages.lib.params import load
 
+    tmp = tmp_path_factory.mktemp("broken-exports")
+    exports = {}
+    for corrupt in (wrong_rope, scale_embedding):
+        copy = tmp / corrupt.__name__
+        shutil.copytree(tiny_run.path / "models" / "sft-hf", copy)  # a real copy: the original links into the cache
+        corrupt(copy)
+        exports[str(copy)] = str(tmp / f"{corrupt.__name__}.json")
     cwd = os.getcwd()
     os.chdir(tiny_run.path)
     try:
-        return convert_out.check_export(load(), export_dir, str(tmp_path / "report.json"))
+        checked = convert_out.check_exports(load(), exports)
     finally:
         os.chdir(cwd)
+    return dict(zip(("wrong_rope", "scale_embedding"), checked))
 
 
-def test_check_rejects_the_tables_rope_theta(tiny_run, tmp_path):
-    def wrong_rope(d):
-        config = json.loads((d / "config.json").read_text())
-        config["text_config"]["rope_theta"] = 10000.0
-        (d / "config.json").write_text(json.dumps(config))
-
-    report, failures = check(tiny_run, corrupted_copy(tiny_run, tmp_path, wrong_rope), tmp_path)
+def test_check_rejects_the_tables_rope_theta(rejected):
+    report, failures = rejected["wrong_rope"]
     assert any("rope_parameters" in f for f in failures), failures  # the config comparison
     assert any("KL" in f for f in failures), failures  # and the logits themselves
 
 
-def test_check_rejects_a_scaled_tensor(tiny_run, tmp_path):
-    def scale_embedding(d):
-        index = json.loads((d / "model.safetensors.index.json").read_text())["weight_map"]
-        name = gemma3.HUB_PREFIX["language_model"] + "embed_tokens.weight"
-        path = d / index[name]
-        shard = safetensors.numpy.load_file(path)
-        shard[name] = (shard[name].astype(np.float32) * 1.01).astype(ml_dtypes.bfloat16)
-        safetensors.numpy.save_file(shard, path, metadata={"format": "pt"})
-
-    report, failures = check(tiny_run, corrupted_copy(tiny_run, tmp_path, scale_embedding), tmp_path)
+def test_check_rejects_a_scaled_tensor(rejected):
+    report, failures = rejected["scale_embedding"]
     assert failures and all("config" not in f for f in failures), failures
     assert any(f.startswith("max KL") for f in failures) and any(f.startswith("mean KL") for f in failures)

@@ -25,7 +25,7 @@ def test_every_invocation_reads_the_config_its_entry_point_documents(project_4b)
     ]:
         assert invocation.args[0].endswith(os.path.join("maxtext", config)), invocation.args[0]
         assert os.path.isfile(invocation.args[0])
-    for ours in (flags.export_check(p, "export", "r.json"), flags.evaluation(p, "r.json", {"base": "b"}, {}, "p.json", "/tmp/o"),
+    for ours in (flags.export_check(p, {"export": "r.json"}), flags.evaluation(p, "r.json", {"base": "b"}, {}, "p.json", "/tmp/o"),
                  flags.data_position(p, "/tmp/w", "s.jsonl", 20, "r.json")):
         maxtext = ours.args[ours.args.index("--") + 1:]
         assert maxtext[0].endswith(os.path.join("maxtext", "configs", "post_train", "sft.yml")), ours.module
@@ -70,12 +70,12 @@ def test_a_tpu_recipe_runs_maxtext_on_the_tpu_but_compiles_and_replays_on_the_cp
 def test_lora_is_decided_once_for_training_and_the_export_check(project_4b):
     p = project_4b
     assert not any(a.startswith("lora.") for a in flags.train(p, "w", "m", "s").args)
-    assert kv(flags.export_check(p, "e", "r").args)["load_parameters_path"].endswith(os.path.join("sft-maxtext", "params"))
+    assert kv(flags.export_check(p, {"e": "r"}).args)["load_parameters_path"].endswith(os.path.join("sft-maxtext", "params"))
     p["train"]["lora"]["enabled"] = True
     train = kv(flags.train(p, "w", "m", "s").args)
     assert (train["lora.enable_lora"], train["lora.lora_rank"], train["lora.lora_alpha"]) == ("true", "16", "32.0")
     assert "lora.lora_module_path" not in train  # "": MaxText's default for the model
-    check = flags.export_check(p, "e", "r").args
+    check = flags.export_check(p, {"e": "r"}).args
     ours = check[:check.index("--")]
     assert ours[ours.index("--lora-base") + 1].endswith(os.path.join("base-maxtext", "0", "items"))  # base + adapter,
     assert ours[ours.index("--lora-adapter") + 1].endswith(os.path.join("sft-maxtext", "lora"))  # applied unmerged ...

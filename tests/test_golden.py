@@ -15,9 +15,10 @@ def test_the_tiny_recipe_loss_is_the_golden_curve(tiny_run):
 
 
 def test_the_golden_curve_tells_a_changed_learning_rate(experiments):
-    """The lr5e-4 experiment (tests/test_experiments.py) trains the same data at half the
-    learning rate: from step 2 on it must fail the golden comparison."""
-    root, _, _ = experiments
-    apply(root, "lr5e-4")
+    """The no-lora-lr5e-3 experiment (tests/conftest.py's GRID) trains the same data, fully
+    fine-tuned as the recipe, at 5x its learning rate: from step 2 on it must fail the golden
+    comparison."""
+    root = experiments.root
+    apply(root, "no-lora-lr5e-3")
     failing = golden.mismatches(golden.losses(root))
     assert failing and not any(f.startswith("step 1:") for f in failing), failing  # step 1 is before any update

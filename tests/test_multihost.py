@@ -12,7 +12,7 @@ import numpy as np
 import psutil
 import pytest
 
-from conftest import clone_workspace, commit, set_param, sh
+from conftest import clone_workspace, commit, set_param, sh, stages_run
 from gcs_server import GcsServer, running
 from test_faults import Repro, flat_params, wait_for_session_to_end
 from test_spot import gcs_env
@@ -83,6 +83,7 @@ def test_two_processes_train_as_one_process_with_two_devices_and_survive_a_kille
     failed_after = time.monotonic() - killed_at
     wait_for_session_to_end(run.proc.pid)
     out = run.output()
+    assert stages_run(out) == ["train"], out[-3000:]  # hardware.hosts re-runs train, not convert_in
     assert "on 2 workers" in out and "worker 1 of 2 was killed by SIGKILL" in out, out[-3000:]
     assert "the other workers were stopped" in out and "logs/train.worker-1.log" in out
     assert failed_after < 30, f"the stage took {failed_after:.0f} s to notice the dead worker"

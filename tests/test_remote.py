@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -146,18 +147,26 @@ def test_a_serving_host_gets_a_version_without_a_clone(producer, origin, gcs, tm
 
 
 @pytest.fixture(scope="module")
-def small_shards(producer) -> str:
+def small_shards(producer) -> SimpleNamespace:
     """An experiment made on the producer and shared as the README says (`dvc exp push`):
-    1 MB shards, as tests/test_pipeline.py's re-export, which the producer restores from
-    DVC's run-cache (shared with tiny_run) when that test ran first."""
-    dvc(["exp", "run", "-n", "small-shards", "-S", "convert_out.shard_size_mb=1"], producer)
+    1 MB shards. Also the suite's convert_out.* change: what it re-ran, and the export's
+    shard count before and after."""
+    before = len(list((producer / "models" / "sft-hf").glob("*.safetensors")))
+    proc = dvc(["exp", "run", "-n", "small-shards", "-S", "convert_out.shard_size_mb=1"], producer)
+    after = len(list((producer / "models" / "sft-hf").glob("*.safetensors")))
     dvc(["exp", "push", "origin", "small-shards"], producer)
-    return "small-shards"
+    return SimpleNamespace(name="small-shards", output=proc.stdout, shards_before=before, shards_after=after)
+
+
+def test_a_convert_out_param_reruns_convert_out_and_evaluate_only(small_shards):
+    # (A train.* change re-runs train, convert_out and evaluate: tests/test_experiments.py.)
+    assert stages_run(small_shards.output) == ["convert_out", "evaluate"], small_shards.output[-2000:]
+    assert small_shards.shards_after > small_shards.shards_before
 
 
 def test_experiment_weights_travel(producer, small_shards, consumer):
-    dvc(["exp", "pull", "origin", small_shards], consumer)
-    dvc(["exp", "apply", small_shards], consumer)
+    dvc(["exp", "pull", "origin", small_shards.name], consumer)
+    dvc(["exp", "apply", small_shards.name], consumer)
     remote(["pull", "models/sft-hf"], consumer)
     assert file_hashes(consumer, "models/sft-hf") == file_hashes(producer, "models/sft-hf")
     assert len(list((consumer / "models" / "sft-hf").glob("*.safetensors"))) > 2

@@ -5,7 +5,8 @@
     dvc exp show --only-changed      # compare; then: dvc exp apply NAME
 
 Every combination becomes `dvc exp run --queue -n NAME -S KEY=VALUE ...`, with NAME spelling
-the values (e.g. `lr3e-4-steps80`), so `dvc exp show` rows say what they are.
+the values (e.g. `lr3e-4-steps80`; a switch by its section: `train.lora.enabled=true,false`
+gives `lora` and `no-lora`), so `dvc exp show` rows say what they are.
 """
 
 import copy
@@ -27,7 +28,11 @@ ABBREVIATIONS = {"learning_rate": "lr", "per_device_batch_size": "bs", "gradient
 def experiment_name(assignment: list[tuple[str, str]]) -> str:
     parts = []
     for key, value in assignment:
-        leaf = key.rsplit(".", 1)[-1]
+        *parents, leaf = key.split(".")
+        if leaf == "enabled" and parents and value.lower() in ("true", "false"):
+            # `lora` / `no-lora`, not `enabledtrue`
+            parts.append(parents[-1].replace("_", "-") if value.lower() == "true" else f"no-{parents[-1].replace('_', '-')}")
+            continue
         parts.append(f"{ABBREVIATIONS.get(leaf, leaf.replace('_', '-'))}{value}")
     name = "-".join(parts)
     return "".join(c if c.isalnum() or c in "-." else "-" for c in name)  # a valid git ref name

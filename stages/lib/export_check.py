@@ -3,11 +3,15 @@
 Run by convert_out (through stages.lib.maxtext_main, like MaxText's own entry points):
 
     python -m stages.lib.maxtext_main stages.lib.export_check -- --export models/sft-hf \
-        --base models/base-hf --report R.json --tie-margin 0.05 --dtype bfloat16 \
+        --report R.json [--export OTHER --report R2.json ...] \
+        --base models/base-hf --tie-margin 0.05 --dtype bfloat16 \
         [--lora-base models/base-maxtext/0/items --lora-adapter models/sft-maxtext/lora] -- \
         <MaxText config file and flags, load_parameters_path= the trained params: stages/lib/flags.py>
 
-(convert_out runs it in the same process as the conversion: stages/lib/export_run.py.)
+(convert_out runs it in the same process as the conversion: stages/lib/export_run.py.) Several
+exports of one trained checkpoint are checked against one reference, computed once: the
+MaxText side is most of the cost (bench/export_check_calibration.py checks its corrupted
+copies so, and tests/test_export.py its rejections).
 
 Like is compared with like. The export holds the trained float32 weights rounded to its
 dtype, so the reference is MaxText running exactly those rounded weights (each trained
@@ -200,17 +204,19 @@ def summary(references: list[np.ndarray], candidates: list[np.ndarray], tie_marg
     }
 
 
-def check(export_dir: str, base_dir: str, dtype: str, tie_margin: float, maxtext_args: list[str],
-          lora: tuple[str, str] | None = None) -> dict:
-    """The export check's report for an export (see the module docstring): the figures the
-    gate reads, the rounding's cost, the config fields that differ from the base's, and for
-    a LoRA run (`lora`: base params, adapter) the merge against the adapter unmerged."""
+def check(export_dirs: list[str], base_dir: str, dtype: str, tie_margin: float, maxtext_args: list[str],
+          lora: tuple[str, str] | None = None) -> list[dict]:
+    """The export check's report for each export of one trained checkpoint (see the module
+    docstring): the figures the gate reads, the rounding's cost, the config fields that
+    differ from the base's, and for a LoRA run (`lora`: base params, adapter) the merge
+    against the adapter unmerged. The prompts are the base's tokenizer's (an export's
+    tokenizer files are the base's, byte for byte: stages/lib/export.py)."""
     import transformers
 
     from stages.lib import export, maxtext_main
 
-    tokenizer = transformers.AutoTokenizer.from_pretrained(export_dir)
-    hf_config = transformers.AutoConfig.from_pretrained(export_dir)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(base_dir)
+    hf_config = transformers.AutoConfig.from_pretrained(base_dir)
     # A long prompt is longer than a sliding window (Gemma 3's local layers), or 64 tokens.
     prompts = prompt_token_ids(tokenizer, getattr(getattr(hf_config, "text_config", hf_config), "sliding_window", None) or 64)
     model, mesh, batch = maxtext_model(maxtext_args, prompts)
@@ -218,18 +224,21 @@ def check(export_dir: str, base_dir: str, dtype: str, tie_margin: float, maxtext
     rounded_tensors = round_like_the_export(model, maxtext_main.model_name(maxtext_args), dtype, hf_config)
     reference = logits(model, mesh, batch, prompts)
     del model
-    report = summary(reference, transformers_logits(export_dir, prompts), tie_margin)
-    report["rounding"] = {"dtype": dtype, "tensors": rounded_tensors,
-                          **{k: v for k, v in summary(trained, reference, 0.0).items() if k != "prompts"}}
-    if lora:
-        unmerged = logits(*maxtext_model(maxtext_args, prompts, lora), prompts)
-        report["lora_merge"] = summary(unmerged, trained, tie_margin)
-    report["config_differences"] = export.config_differences(export_dir, base_dir)
-    return report
+    rounding = {"dtype": dtype, "tensors": rounded_tensors,
+                **{k: v for k, v in summary(trained, reference, 0.0).items() if k != "prompts"}}
+    merge = summary(logits(*maxtext_model(maxtext_args, prompts, lora), prompts), trained, tie_margin) if lora else None
+    reports = []
+    for export_dir in export_dirs:
+        report = summary(reference, transformers_logits(export_dir, prompts), tie_margin)
+        report["rounding"] = rounding
+        if merge:
+            report["lora_merge"] = merge
+        report["config_differences"] = export.config_differences(export_dir, base_dir)
+        reports.append(report)
+    return reports
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--report", required=True)
     parser.add_argument("--base", required=True, help="the base checkpoint, whose config.json the export's must equal")
     parser.add_argument("--tie-margin", type=float, required=True)
     parser.add_argument("--dtype", required=True, help="the export's dtype, which its weights were rounded to")
@@ -237,20 +246,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lora-adapter")
 
 
-def run(ours: argparse.Namespace, export_dir: str, maxtext_args: list[str]) -> None:
+def run(ours: argparse.Namespace, exports: dict[str, str], maxtext_args: list[str]) -> None:
+    """Checks each export ({export directory: report path}) and writes its report."""
     lora = (ours.lora_base, ours.lora_adapter) if ours.lora_adapter else None
-    report = check(export_dir, ours.base, ours.dtype, ours.tie_margin, maxtext_args, lora)
-    with open(ours.report, "w") as f:
-        json.dump(report, f, indent=2)
+    for report_path, report in zip(exports.values(), check(list(exports), ours.base, ours.dtype, ours.tie_margin,
+                                                              maxtext_args, lora)):
+        with open(report_path, "w") as f:
+            json.dump(report, f, indent=2)
 
 
 def main() -> None:
     split = sys.argv.index("--")
     parser = argparse.ArgumentParser()
-    parser.add_argument("--export", required=True)
+    parser.add_argument("--export", action="append", required=True, help="an export to check (repeatable)")
+    parser.add_argument("--report", action="append", required=True, help="its report (one per --export, in order)")
     add_arguments(parser)
     ours = parser.parse_args(sys.argv[1:split])
-    run(ours, ours.export, sys.argv[split + 1 :])
+    if len(ours.export) != len(ours.report):
+        parser.error("one --report per --export")
+    run(ours, dict(zip(ours.export, ours.report)), sys.argv[split + 1 :])
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True, help="the export directory to fill (empty)")
     parser.add_argument("--shard-bytes", type=int, required=True)
+    parser.add_argument("--report", required=True, help="the export check's report")
     export_check.add_arguments(parser)
     ours = parser.parse_args(sys.argv[1:split])
     rest = sys.argv[split + 1 :]
@@ -54,7 +55,7 @@ def main() -> None:
     sources = export.assemble(raw, ours.base, ours.out, ours.dtype, ours.shard_bytes, maxtext_main.model_name(check_args))
     shutil.rmtree(raw)
     assembled = time.monotonic()
-    export_check.run(ours, ours.out, check_args)
+    export_check.run(ours, {ours.out: ours.report}, check_args)
     with open(ours.report) as f:
         report = json.load(f)
     report["tensors"] = {"fine_tuned": sum(v == "maxtext" for v in sources.values()),

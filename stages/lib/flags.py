@@ -235,9 +235,9 @@ def convert_out(params: dict, out_dir: str) -> Invocation:
                       hf_config=paths.BASE_HF)
 
 
-def _check_options(params: dict, report: str) -> list[str]:
+def _check_options(params: dict) -> list[str]:
     c = params["convert_out"]
-    ours = ["--base", paths.BASE_HF, "--report", report, "--tie-margin", str(c["check"]["tie_margin"]), "--dtype", c["dtype"]]
+    ours = ["--base", paths.BASE_HF, "--tie-margin", str(c["check"]["tie_margin"]), "--dtype", c["dtype"]]
     if lora_enabled(params):
         ours += ["--lora-base", _abs(paths.BASE_MAXTEXT_PARAMS), "--lora-adapter", _abs(paths.SFT_LORA)]
     return ours
@@ -248,19 +248,21 @@ def _check_reference(params: dict) -> list[str]:
             *(lora_shape(params) if lora_enabled(params) else [])]
 
 
-def export_check(params: dict, export_dir: str, report: str) -> Invocation:
-    """The export check (stages/lib/export_check.py) of an existing export: against MaxText
-    running the trained parameters rounded as the export rounds them; for a LoRA run also the
-    merged parameters against the base with its adapter applied by MaxText, unmerged."""
-    return Invocation("stages.lib.export_check", ["--export", export_dir, *_check_options(params, report), "--",
-                                                  *_check_reference(params)])
+def export_check(params: dict, exports: dict[str, str]) -> Invocation:
+    """The export check (stages/lib/export_check.py) of existing exports ({export directory:
+    report path}): against MaxText running the trained parameters rounded as the export rounds
+    them; for a LoRA run also the merged parameters against the base with its adapter applied
+    by MaxText, unmerged."""
+    pairs = [a for export_dir, report in exports.items() for a in ("--export", export_dir, "--report", report)]
+    return Invocation("stages.lib.export_check", [*pairs, *_check_options(params), "--", *_check_reference(params)])
 
 
 def export_run(params: dict, out_dir: str, report: str) -> Invocation:
     """convert_out's work in one process (stages/lib/export_run.py): to_huggingface, the
     assembly into out_dir, the export check."""
     c = params["convert_out"]
-    ours = ["--out", _abs(out_dir), "--shard-bytes", str(c["shard_size_mb"] * 1024 * 1024), *_check_options(params, report)]
+    ours = ["--out", _abs(out_dir), "--shard-bytes", str(c["shard_size_mb"] * 1024 * 1024), "--report", report,
+            *_check_options(params)]
     return Invocation("stages.lib.export_run", [*ours, "--", *_to_huggingface(params), CHECK_SEPARATOR,
                                                 *_check_reference(params)], hf_config=paths.BASE_HF)
 
