@@ -33,12 +33,15 @@ class Repro:
     def output(self) -> str:
         return self.log_path.read_text()
 
-    def wait_for(self, condition, what: str, timeout: float = 900):
+    def wait_for(self, condition, what: str, timeout: float = 900, every: float = 0.01):
+        """Polls `condition` every `every` seconds: 10 ms catches a checkpoint mid-write
+        (a second or so for the tiny model); a condition that asks a server or scans every
+        process should poll less often (each poll costs the CPU the run under test needs)."""
         deadline = time.monotonic() + timeout
         while not (found := condition()):
             assert self.proc.poll() is None, f"dvc repro ended before {what}:\n{self.output()[-4000:]}"
             assert time.monotonic() < deadline, f"no {what} after {timeout} s:\n{self.output()[-4000:]}"
-            time.sleep(0.01)
+            time.sleep(every)
         return found
 
     def kill(self, sig: int, whole_group: bool = True) -> None:
