@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compile_cache  # noqa: E402
 import conversion  # noqa: E402
 import fail_fast  # noqa: E402
+import malloc  # noqa: E402
 import no_change  # noqa: E402
 import packing  # noqa: E402
 import pipeline  # noqa: E402
@@ -33,7 +34,7 @@ import remote_transfer  # noqa: E402
 import scale  # noqa: E402
 from common import GIB, Row, du, log, table  # noqa: E402
 
-BENCHMARKS = ("packing", "compile_cache", "no_change", "fail_fast", "scale", "pipeline", "conversion", "remote")
+BENCHMARKS = ("packing", "compile_cache", "malloc", "no_change", "fail_fast", "scale", "pipeline", "conversion", "remote")
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 VERSIONS = ("maxtext", "google-tunix", "jax", "transformers", "grain", "dvc", "dvc-gs", "gcsfs")
 
@@ -87,6 +88,7 @@ def main() -> None:
         runs = {
             "packing": lambda: packing.bench(work),
             "compile_cache": lambda: compile_cache.bench(work),
+            "malloc": lambda: malloc.bench(work),
             "no_change": lambda: no_change.bench(work),
             "fail_fast": lambda: fail_fast.bench(work),
             "scale": lambda: scale.bench(work),

@@ -33,10 +33,10 @@ class Repro:
     def output(self) -> str:
         return self.log_path.read_text()
 
-    def wait_for(self, condition, what: str, timeout: float = 900, every: float = 0.01):
-        """Polls `condition` every `every` seconds: 10 ms catches a checkpoint mid-write
-        (a second or so for the tiny model); a condition that asks a server or scans every
-        process should poll less often (each poll costs the CPU the run under test needs)."""
+    def wait_for(self, condition, what: str, timeout: float = 900, every: float = 0.2):
+        """Polls `condition` every `every` seconds. Each poll costs the CPU the run under test
+        needs, so only a moment that lasts about a second (a checkpoint mid-write, for the tiny
+        model) is polled for every 10 ms."""
         deadline = time.monotonic() + timeout
         while not (found := condition()):
             assert self.proc.poll() is None, f"dvc repro ended before {what}:\n{self.output()[-4000:]}"
@@ -147,7 +147,8 @@ def test_training_killed_twice_resumes_each_time_and_ends_as_if_never_killed(tin
     # DVCLive's files hold the steps so far while the run goes on, the killed run's included.
     run.wait_for(lambda: max(live_steps(root), default=0) >= 25, "DVCLive's step 25")
     assert set(range(1, 10)) <= set(live_steps(root))
-    run.wait_for(lambda: any(n.startswith("30.") for n in checkpoint_names(root)), "checkpoint 30 being written")
+    run.wait_for(lambda: any(n.startswith("30.") for n in checkpoint_names(root)), "checkpoint 30 being written",
+                 every=0.01)
     run.kill(signal.SIGKILL)
     names = checkpoint_names(root)
     assert "30" not in names and any(n.startswith("30.") for n in names), names  # killed mid-save
@@ -225,7 +226,7 @@ def test_conversion_killed_mid_write_caches_nothing_partial(clone_with_its_own_c
         return any(p.is_file() for staged in parent.glob(f".{name}.tmp-*") for p in staged.rglob("*"))
 
     run = Repro(root, "--force", "--single-item", stage, name=f"kill-{stage}")
-    run.wait_for(partly_written, f"{stage} writing its output")
+    run.wait_for(partly_written, f"{stage} writing its output", every=0.01)
     run.kill(signal.SIGKILL)
     assert not (root / out).exists()  # DVC removed the old output; the partial one is not in its place
     assert cache_files(root) == cached_before, "a killed stage added to the DVC cache"

@@ -97,3 +97,18 @@ def test_no_credential_is_in_any_worker_command(slice_16):
     assert not [s for s in shown if TOKEN in s]
     p["runtime"]["launcher"] = "slice"
     assert not [w for w in launch.workers("train", job, p) if "HF_TOKEN" in w.env or TOKEN in " ".join(w.command)]
+
+
+def test_every_maxtext_process_asks_for_huge_pages_unless_told_otherwise(slice_16, monkeypatch):
+    """glibc's malloc with transparent huge pages (stages/lib/maxtext.py; bench/malloc.py):
+    on every worker's line, added to tunables of the machine's own, and off when they say so."""
+    from stages.lib import maxtext
+
+    p, job = slice_16
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    argv = shlex.split(command_line(launch.workers("train", job, p)[0]))
+    assert "GLIBC_TUNABLES=glibc.malloc.hugetlb=1" in argv
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
+    assert maxtext.child_env(p)["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0")
+    assert maxtext.child_env(p)["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0"

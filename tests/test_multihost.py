@@ -76,8 +76,8 @@ def test_two_processes_train_as_one_process_with_two_devices_and_survive_a_kille
 
     # The job of two processes; worker 1 is killed once checkpoint 4 is on gs://.
     run = Repro(two, "train", name="two-processes", **cloud)
-    # (Every 0.2 s: each poll lists the bucket; steps take seconds, checkpoint 8 is 4 steps on.)
-    run.wait_for(lambda: committed(gcs, 4) and worker_process(1), "checkpoint 4 of the two-process job", every=0.2)
+    # (Every 0.2 s, each poll listing the bucket: steps take seconds, checkpoint 8 is 4 steps on.)
+    run.wait_for(lambda: committed(gcs, 4) and worker_process(1), "checkpoint 4 of the two-process job")
     worker_process(1).kill()
     killed_at = time.monotonic()
     assert run.proc.wait(timeout=120) != 0

@@ -37,12 +37,31 @@ class MaxTextFailed(StageFailed):
         self.log_path = log_path
 
 
+# glibc's malloc hands every block over 32 MB to the kernel (mmap) and gives it back when it
+# is freed (munmap), so the arrays XLA allocates anew for each step (weights, gradients,
+# optimizer state) are faulted in again 4 KB at a time: 3.3 million page faults and a fifth of
+# a tiny training's CPU time, spent zeroing pages in the kernel. This tunable has glibc ask for
+# transparent huge pages (2 MB) for its blocks instead (glibc >= 2.35; older ones ignore it):
+# ~45x fewer faults (bench/malloc.py). Nothing computed changes, only where memory comes from.
+HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb"
+
+
+def malloc_tunables(current: str | None) -> str:
+    """GLIBC_TUNABLES for MaxText's process: the machine's own, plus huge pages for malloc
+    unless they already say otherwise (GLIBC_TUNABLES=glibc.malloc.hugetlb=0 turns it off)."""
+    if current and HUGE_PAGES_TUNABLE in current:
+        return current
+    return ":".join(filter(None, [current, f"{HUGE_PAGES_TUNABLE}=1"]))
+
+
 def job_env(params: dict) -> dict[str, str]:
     """What MaxText's process is given on top of its machine's environment: the recipe's TPU
     settings, offline mode (inputs are local; without these MaxText still makes DNS
-    look-ups), the CPU platform. A remote worker gets exactly these (stages/lib/launch.py)."""
+    look-ups), the CPU platform, huge pages for malloc. A remote worker gets exactly these
+    (stages/lib/launch.py)."""
     env = dict(hardware.tpu_env(params))
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TF_CPP_MIN_LOG_LEVEL="2")
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TF_CPP_MIN_LOG_LEVEL="2",
+               GLIBC_TUNABLES=malloc_tunables(os.environ.get("GLIBC_TUNABLES")))
     if params["hardware"]["kind"] == "cpu":
         env.update(JAX_PLATFORMS="cpu", DECOUPLE_GCLOUD="TRUE")
     return env
