@@ -1,6 +1,6 @@
 """The benchmark suite: every row a measurement against its baseline, taken side by side in one run.
 
-    python bench/run.py                                 # all rows (~26 minutes on 2 cores), prints the table
+    python bench/run.py                                 # all rows (~31 minutes on 2 cores), prints the table
     python bench/run.py --pipeline-reps 2 --markdown docs/benchmarks.md   # as recorded there (~36 minutes)
     python bench/run.py --only packing,no_change        # some benchmarks
 

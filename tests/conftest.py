@@ -14,7 +14,7 @@ stages the variant changes run again. Every workspace, and every experiment DVC 
 one, points `runtime.compile_cache_dir` at one JAX compilation cache for the session, so a
 train step compiled once is compiled never again.
 
-    scripts/test.sh -m "not slow"     # the fast layer: pure logic, in-process (~1 minute)
+    scripts/test.sh -m "not slow"     # the fast layer: pure logic, in-process (~1.5 minutes)
     scripts/test.sh                   # everything, real pipeline runs included
 """
 
