@@ -12,9 +12,10 @@ scripts/setup-browser.sh
 
 # Where the tests' workspaces go. A full run writes ~15 GB (checkpoints, DVC caches, exports;
 # ~7 GB of it still there at the end), so it goes to memory (tmpfs, /dev/shm) when the machine
-# has room for it: no test then waits on the disk, whose speed varies from run to run on a
-# shared VM. PIPELINE_TEST_TMP=DIR chooses the place (kept after the run); a tmpfs one is
-# removed after a run that passed, and kept, with its path printed, after one that failed.
+# has room for it: the disk then carries only what programs read (a run's writes fell from 8.3
+# to 0.6 MB/s, docs/benchmarks.md). PIPELINE_TEST_TMP=DIR chooses the place (kept after the
+# run); a tmpfs one is removed after a run that passed, and kept, with its path printed, after
+# one that failed.
 basetemp=() tmp=""
 if [ -n "${PIPELINE_TEST_TMP:-}" ]; then
   basetemp=(--basetemp "$PIPELINE_TEST_TMP")
