@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import Row, log, median, new_workspace, run_alone, timed  # noqa: E402
+from conftest import train_losses  # noqa: E402  (tests/conftest.py: the path common.py puts on sys.path)
 
 OFF = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}
 
@@ -30,7 +31,7 @@ def train_once(root: Path, extra_env: dict) -> dict:
     run = timed([sys.executable, "-m", "stages.train"], root, extra_env)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
-    losses = (root / "dvclive" / "plots" / "metrics" / "train" / "loss.tsv").read_text()
+    losses = tuple(sorted(train_losses(root).items()))  # {step: loss as logged}, hashable
     return {"wall": run.seconds, "cpu": user + system, "system": system, "faults": after.ru_minflt - before.ru_minflt,
             "losses": losses}
 
