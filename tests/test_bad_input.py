@@ -13,10 +13,6 @@ import yaml
 from conftest import DELETE, set_key, sh
 
 TRAIN = "assets/tiny-chat/train.jsonl"
-# Each command here stops in seconds, before any expensive work (what the assertions check:
-# no logs, no outputs). The timeout only keeps a hang from stalling the suite: 60 s failed a
-# run once, when the VM's disk starved every process start (I/O pressure 55-75%).
-HANG_GUARD_S = 600
 
 
 def edit_params(fn):
@@ -117,7 +113,7 @@ def assert_stopped_at_once(proc, root, stage: str, message: str) -> None:
 def test_bad_input_fails_fast_with_one_line(workspace, stage, breakage, message):
     root = workspace("bad")
     breakage(root)
-    proc = sh([sys.executable, "-m", f"stages.{stage}"], root, check=False, timeout=HANG_GUARD_S)
+    proc = sh([sys.executable, "-m", f"stages.{stage}"], root, check=False)
     assert_stopped_at_once(proc, root, stage, message)
 
 
@@ -125,14 +121,14 @@ def test_no_disk_for_the_checkpoints_stops_training_before_it_starts(workspace, 
     root = workspace("no-disk")
     shutil.copytree(tiny_base, root / "models" / "base-hf")  # what base_model writes
     params_case(("runtime", "keep_checkpoints"), 10**9)(root)
-    proc = sh([sys.executable, "-m", "stages.train"], root, check=False, timeout=HANG_GUARD_S)
+    proc = sh([sys.executable, "-m", "stages.train"], root, check=False)
     assert_stopped_at_once(proc, root, "train", "not enough free disk for MaxText's training checkpoints in")
 
 
 def test_bad_input_through_dvc_repro(workspace):
     root = workspace("bad-dvc")
     edit_params(lambda p: p["train"].update(setps=5))(root)
-    proc = sh(["dvc", "repro"], root, check=False, timeout=HANG_GUARD_S)
+    proc = sh(["dvc", "repro"], root, check=False)
     assert proc.returncode != 0
     assert "base_model: error: params.yaml: train.setps: unknown key (did you mean train.steps?)" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -141,11 +137,11 @@ def test_bad_input_through_dvc_repro(workspace):
 
 def test_grid_refuses_a_bad_variant_before_queuing_any(workspace):
     root = workspace("bad-grid")
-    proc = sh([sys.executable, "-m", "tools.grid", "train.learning_rate=1e-3,-1", "train.stpes=40"], root, check=False, timeout=HANG_GUARD_S)
+    proc = sh([sys.executable, "-m", "tools.grid", "train.learning_rate=1e-3,-1", "train.stpes=40"], root, check=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "grid: error: train.learning_rate=1e-3 train.stpes=40: train.stpes: unknown key (did you mean train.steps?)"]
-    proc = sh([sys.executable, "-m", "tools.grid", "train.learning_rate=1e-3,-1"], root, check=False, timeout=HANG_GUARD_S)
+    proc = sh([sys.executable, "-m", "tools.grid", "train.learning_rate=1e-3,-1"], root, check=False)
     assert "train.learning_rate=-1: train.learning_rate: expected a number > 0" in proc.stderr
     assert "queued" not in proc.stdout
     assert "No experiment tasks" in sh(["dvc", "queue", "status"], root).stdout
