@@ -10,76 +10,18 @@ top-1 agreement and largest logit difference beside params.yaml's thresholds. Th
 thresholds must pass the first row and fail every row that changes the model's function.
 """
 
-import json
 import os
 import shutil
 import sys
 import tempfile
 
-import ml_dtypes
-import numpy as np
-import safetensors.numpy
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from checkpoint_faults import edit_config, edit_tensor, reverse_heads, swap_layers  # noqa: E402
 from stages import convert_out  # noqa: E402
-from stages.lib.families import gemma3  # noqa: E402
 from stages.lib.params import load  # noqa: E402
 
 EXPORT = convert_out.OUT
-
-
-def edit_config(**text_changes):
-    def apply(d):
-        path = os.path.join(d, "config.json")
-        with open(path) as f:
-            config = json.load(f)
-        config["text_config"].update(text_changes)
-        os.unlink(path)  # files are hard links to the real export: replace, never write through
-        with open(path, "w") as f:
-            json.dump(config, f)
-
-    return apply
-
-
-def edit_tensor(suffix: str, fn):
-    """Applies fn to the one tensor whose name ends with suffix (language model, Hub names)."""
-
-    def apply(d):
-        with open(os.path.join(d, "model.safetensors.index.json")) as f:
-            weight_map = json.load(f)["weight_map"]
-        name = next(n for n in weight_map if n.endswith(suffix))
-        path = os.path.join(d, weight_map[name])
-        tensors = safetensors.numpy.load_file(path)
-        tensors[name] = fn(tensors[name].astype(np.float32)).astype(ml_dtypes.bfloat16)
-        os.unlink(path)
-        safetensors.numpy.save_file(tensors, path, metadata={"format": "pt"})
-
-    return apply
-
-
-def swap_layers(a: int, b: int):
-    def apply(d):
-        with open(os.path.join(d, "model.safetensors.index.json")) as f:
-            weight_map = json.load(f)["weight_map"]
-        prefix = gemma3.HUB_PREFIX["language_model"] + "layers."
-        files = sorted(set(weight_map.values()))
-        loaded = {f: safetensors.numpy.load_file(os.path.join(d, f)) for f in files}
-        flat = {n: loaded[weight_map[n]][n] for n in weight_map}
-        for n in list(flat):
-            if n.startswith(f"{prefix}{a}."):
-                m = n.replace(f"{prefix}{a}.", f"{prefix}{b}.", 1)
-                flat[n], flat[m] = flat[m], flat[n]
-        for f in files:
-            os.unlink(os.path.join(d, f))
-            safetensors.numpy.save_file({n: flat[n] for n in weight_map if weight_map[n] == f}, os.path.join(d, f),
-                                        metadata={"format": "pt"})
-
-    return apply
-
-
-def reverse_heads(suffix: str, head_dim: int):
-    return edit_tensor(suffix, lambda w: w.reshape(-1, head_dim, w.shape[1])[::-1].reshape(w.shape))
 
 
 VARIANTS = [
@@ -92,7 +34,7 @@ VARIANTS = [
     ("layer 2 gate_proj x 1.05", edit_tensor("layers.2.mlp.gate_proj.weight", lambda w: w * 1.05)),
     ("layer 2 gate_proj x 1.01", edit_tensor("layers.2.mlp.gate_proj.weight", lambda w: w * 1.01)),
     ("layer 5 v_proj x 1.02", edit_tensor("layers.5.self_attn.v_proj.weight", lambda w: w * 1.02)),
-    ("layers 1 and 2 swapped", swap_layers(1, 2)),
+    ("layers 1 and 2 swapped", swap_layers(1, 2, "gemma3-4b")),
     ("layer 0 q_proj heads reversed", reverse_heads("layers.0.self_attn.q_proj.weight", 32)),
 ]
 

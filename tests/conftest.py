@@ -104,7 +104,7 @@ SAME_WORKER = {"test_golden.py": "test_experiments.py",
                **dict.fromkeys(["test_plots.py", "test_publish.py", "test_export.py", "test_secrets.py"], "test_pipeline.py")}
 # The longest files first (minutes, measured), so that the two workers end together. The
 # second needs no tiny_run: it runs while the first worker builds it.
-LONGEST_FIRST = ["test_faults.py", "test_tpu_recipe.py", "test_experiments.py", "test_multihost.py",
+LONGEST_FIRST = ["test_small.py", "test_faults.py", "test_tpu_recipe.py", "test_experiments.py", "test_multihost.py",
                  "test_remote.py", "test_pipeline.py", "test_spot.py", "test_tiny_family_runs_the_whole_pipeline",
                  "test_roundtrip.py"]
 
@@ -307,6 +307,20 @@ def tiny_run(workspace, tmp_path_factory) -> SimpleNamespace:
     run = built_once(tmp_path_factory, "tiny-run", build)
     return SimpleNamespace(path=Path(run["path"]), output=run["output"], seconds=run["seconds"],
                            watch=SimpleNamespace(seen_commands=set(run["seen_commands"]), leaks=run["leaks"]))
+
+
+@pytest.fixture(scope="session")
+def small_run(workspace, tmp_path_factory) -> SimpleNamespace:
+    """The small recipe (the real Gemma 3 270M) run once with `dvc repro`: the suite's only
+    real-model MaxText processes, all in tests/test_small.py on one worker, so two of them
+    (~13 GB each) never run at once. Read-only for tests: clone it to change it."""
+
+    def build() -> dict:
+        run = run_pipeline(workspace("small-run", recipe="small"))
+        return {"path": str(run.path), "output": run.output, "seconds": run.seconds}
+
+    run = built_once(tmp_path_factory, "small-run", build)
+    return SimpleNamespace(path=Path(run["path"]), output=run["output"], seconds=run["seconds"])
 
 
 def clone_workspace(tiny_run, parent: Path, cache: Path | None = None) -> Path:

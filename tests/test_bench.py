@@ -17,8 +17,9 @@ from test_pipeline import ALL_STAGES  # noqa: E402
 def test_every_stage_reports_its_time_and_the_bench_reads_it(tiny_run):
     times = common.stage_seconds(tiny_run.output)
     assert ALL_STAGES <= times.keys(), times
-    # MaxText's runs inside stages are timed on their own (bench/pipeline.py subtracts the export check).
+    # MaxText's runs inside stages are timed on their own (bench/pipeline.py subtracts the two gates).
     assert "convert_out.check:stages.lib.export_check" in times and "train:maxtext.trainers.post_train.sft.train_sft" in times
+    assert 0 < times["convert_in.check:stages.lib.export_check"] < times["convert_in"]
     assert 0 < times["convert_out.check:stages.lib.export_check"] < times["convert_out"]
     assert sum(times[s] for s in ALL_STAGES) < tiny_run.seconds
 

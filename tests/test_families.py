@@ -207,7 +207,7 @@ def test_each_familys_template_takes_what_the_row_checks_let_through(tiny_checkp
 def test_the_family_recipes_are_their_families():
     """Each family's recipes name its models; the committed ones pin a 40-digit revision."""
     expected = {"tiny-llama3": llama3, "tiny-qwen3": qwen3, "llama3.1-8b-v6e-8": llama3, "qwen3-8b-v6e-8": qwen3,
-                "tiny": gemma3, "gemma3-4b-v6e-8": gemma3}
+                "tiny": gemma3, "small": gemma3, "gemma3-4b-v6e-8": gemma3}
     for recipe, family in expected.items():
         p = yaml.safe_load((REPO / "recipes" / f"{recipe}.yaml").read_text())
         assert families.of(p["model"]["maxtext_name"]) is family, recipe
@@ -245,3 +245,77 @@ def test_tiny_family_runs_the_whole_pipeline(workspace, recipe):
     generations = (root / "eval" / "generations.md").read_text()
     assert generations.count("What is 17 plus 25?") >= 1
     assert "done in" in proc.stdout
+
+
+# The config transformers builds from the small recipe's GGUF (google/gemma-3-270m, Q4_K_M),
+# as the base_model stage writes it: text-only Gemma 3 (`Gemma3ForCausalLM`), 1 KV head,
+# per-layer-type rope_parameters as transformers 5 writes them, tied embeddings.
+GEMMA3_270M = "gemma-3-270m.gguf-config.json"
+
+
+def test_a_text_only_gemma_3_gets_its_own_dimensions_and_rope(tmp_path):
+    args = families.maxtext_model_args(base_with(tmp_path, GEMMA3_270M), "gemma3-4b")
+    for flag in ("base_emb_dim=640", "base_num_decoder_layers=18", "base_num_kv_heads=1", "head_dim=256",
+                 "vocab_size=262144", "sliding_window_size=512", "rope_max_timescale=1000000",
+                 "local_rope_max_timescale=10000", "rope_linear_scaling_factor=1.0"):
+        assert flag in args, flag
+
+
+def test_a_text_only_gemma_3_with_untied_embeddings_is_refused(tmp_path):
+    with pytest.raises(CheckpointError, match="tie_word_embeddings=False"):
+        families.maxtext_model_args(base_with(tmp_path, GEMMA3_270M, {"tie_word_embeddings": False}), "gemma3-4b")
+
+
+def test_a_text_only_gemma_3_reads_maxtexts_tables_in_its_own_tensor_names(tmp_path):
+    """MaxText's Gemma 3 tables, given the text-only config as the family hands it to them
+    (stages/lib/maxtext_main.py), map every scanned layer, and renamed to the text layout
+    they name the file's tensors; no vision tensor is asked for."""
+    from maxtext.checkpoint_conversion.utils import hf_shape, param_mapping
+    from stages.lib.checkpoint import detect_layout, rename
+
+    config = gemma3.converter_config(json.loads((DATA / GEMMA3_270M).read_text()))
+    mapping = param_mapping.GEMMA3_MAXTEXT_TO_HF_PARAM_MAPPING(config, None, scan_layers=True)
+    text = {k: v for k, v in mapping.items() if "vision" not in k}
+    assert text["params-decoder-layers-layers_0-mlp-wi_0-kernel"] == [
+        f"model.language_model.layers.{i}.mlp.gate_proj.weight" for i in (0, 6, 12)]
+    names = {rename(n, gemma3.LAYOUTS["transformers"], gemma3.LAYOUTS["text"])
+             for v in text.values() for n in (v if isinstance(v, list) else [v])}
+    assert "model.layers.17.self_attn.k_norm.weight" in names and "model.embed_tokens.weight" in names
+    assert len(names) == 2 + 18 * 13
+    shapes = hf_shape.GEMMA3_HF_WEIGHTS_TO_SHAPE(config)
+    assert shapes["model.language_model.embed_tokens.weight"] == [262144, 640]
+    hooks = param_mapping.GEMMA3_MAXTEXT_TO_HF_PARAM_HOOK_FN(config, None, scan_layers=True, saving_to_hf=False)
+    embedding = hooks["params-token_embedder-embedding"](np.ones((4, 640), np.float32), (4, 640))
+    assert embedding[0, 0] == np.float32(25.25)  # bf16(sqrt(640)): MaxText's normaliser (the export check's too)
+    (tmp_path / "config.json").write_text((DATA / GEMMA3_270M).read_text())
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": dict.fromkeys(names, "x")}))
+    assert detect_layout(str(tmp_path), gemma3.LAYOUTS, "Gemma 3") == "text"
+
+
+def test_gemma_3s_maxtext_arithmetic_is_maxtexts_own():
+    """families.gemma3.like_maxtext gives transformers MaxText's embedding arithmetic, read in
+    MaxText 0.2.5's code: the converter folds bf16(sqrt(hidden)) into the embedding, and the
+    tied output head casts that table to bf16 whatever the dtype flags say, then divides by
+    the exact sqrt(hidden). If an upgrade changes either, the gates' like-with-like
+    comparison is stale: this fails first, by name."""
+    import inspect
+
+    import ml_dtypes
+    import torch
+    import transformers
+    from maxtext.checkpoint_conversion.utils import param_mapping
+    from maxtext.layers import embeddings
+
+    assert "jnp.asarray(embedding_table, jnp.bfloat16)" in inspect.getsource(embeddings.attend_on_embedding)
+    assert 'np.dtype("bfloat16").type(config["text_config"]["hidden_size"] ** 0.5)' in inspect.getsource(
+        param_mapping.GEMMA3_MAXTEXT_TO_HF_PARAM_HOOK_FN)
+    config = transformers.Gemma3TextConfig(vocab_size=64, hidden_size=640, intermediate_size=32, num_hidden_layers=1,
+                                           num_attention_heads=1, num_key_value_heads=1, head_dim=16)
+    model = transformers.Gemma3ForCausalLM(config).eval()
+    head = gemma3.like_maxtext(model)
+    assert float(model.get_input_embeddings().embed_scale) == float(ml_dtypes.bfloat16(640**0.5)) == 25.25
+    h = torch.randn(3, 640)
+    table = model.get_input_embeddings().weight.detach() * 25.25
+    expected = h @ table.to(torch.bfloat16).float().T / 640**0.5
+    assert torch.equal(head(h), expected)
+    assert not torch.allclose(head(h), model.get_output_embeddings()(h), rtol=1e-5)  # transformers' own head differs

@@ -45,7 +45,7 @@ def test_the_tutorials_values_reach_maxtext(project_4b):
     assert train["enable_data_shuffling"] == "false" and train["num_epoch"] == "1"  # the stream is the order
     assert train["eval_interval"] == "250" and train["checkpoint_period"] == "200"
     convert_in = flags.convert_in(project_4b, "out")
-    assert {"--save_dtype=bfloat16", "--lazy_load_tensors=true", "use_multimodal=false"} <= set(convert_in.args)
+    assert {"--save_dtype=float32", "--lazy_load_tensors=true", "use_multimodal=false"} <= set(convert_in.args)
     assert kv(convert_in.args)["base_emb_dim"] == "2560" and kv(convert_in.args)["base_num_decoder_layers"] == "34"
     assert convert_in.hf_layout == "hub" and convert_in.hf_config == os.path.join("models", "base-hf")
     assert {"weight_dtype=float32", "use_multimodal=false"} <= set(flags.convert_out(project_4b, "out").args)

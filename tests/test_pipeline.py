@@ -33,6 +33,7 @@ def test_metrics_read_at_a_glance(tiny_run):
         "metrics/dataset.json": {"train", "eval"},
         "metrics/token_lengths.json": {"train", "eval"},
         "metrics/fit_check.json": {"fit"},
+        "metrics/convert_check.json": {"conversion"},  # (as export_check.json)
         "dvclive/metrics.json": {"train", "run", "step"},
         "metrics/export_check.json": {"export"},  # its per-prompt lists are not metrics columns
         "metrics/eval.json": {"eval"},
@@ -41,9 +42,10 @@ def test_metrics_read_at_a_glance(tiny_run):
     # ... and the demo ends with a summary of them.
     summary = sh(["python", "-m", "tools.summary"], tiny_run.path).stdout.splitlines()
     heldout = files["metrics/eval.json"]["data"]["eval"]
-    assert [line.split()[0] for line in summary] == ["data", "training", "held-out", "export", "time"]
-    assert f"loss {heldout['base_loss']:.3f} (base) -> {heldout['fine_tuned_loss']:.3f} (fine-tuned)" in summary[2]
-    assert summary[3].startswith("export      passed: max KL")
+    assert [line.split()[0] for line in summary] == ["data", "conversion", "training", "held-out", "export", "time"]
+    assert summary[1].startswith("conversion  passed: max KL")
+    assert f"loss {heldout['base_loss']:.3f} (base) -> {heldout['fine_tuned_loss']:.3f} (fine-tuned)" in summary[3]
+    assert summary[4].startswith("export      passed: max KL")
     times = json.loads((tiny_run.path / "logs" / "stage_times.json").read_text())
     assert set(times) == ALL_STAGES and all(t >= 0 for t in times.values())  # CPU fit_check: ~0 s
-    assert all(stage in summary[4] for stage in ALL_STAGES)
+    assert all(stage in summary[5] for stage in ALL_STAGES)

@@ -36,7 +36,7 @@ def test_dvc_repro_on_a_cpu_machine_stops_before_fetching_anything(workspace):
 @pytest.mark.parametrize("stage,expected", [
     ("convert_in", ["model_name=gemma3-4b", "scan_layers=true", "checkpoint_storage_use_ocdbt=true",
                     "checkpoint_storage_use_zarr3=true", "base_emb_dim=2560", "base_num_decoder_layers=34",
-                    "--save_dtype=bfloat16"]),
+                    "--save_dtype=float32"]),
     ("train", ["model_name=gemma3-4b", "scan_layers=true", "steps=1000", "per_device_batch_size=1",
                "max_target_length=2048", "learning_rate=2e-05", "packing=true", "sft_train_on_completion_only=true",
                "train_data_columns=['messages']", "checkpoint_storage_use_ocdbt=true", "checkpoint_storage_use_zarr3=true"]),

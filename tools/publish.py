@@ -22,7 +22,7 @@ import subprocess
 
 import yaml
 
-from stages.lib import families, paths
+from stages.lib import checkpoint, families, gguf_source, paths
 from stages.lib.cli import StageFailed, UserError, run
 from stages.lib.params import load
 
@@ -96,9 +96,12 @@ def model_card(params: dict, check: dict, repo_id: str) -> str:
     evaluation = (read_json(os.path.join("metrics", "eval.json")) or {}).get("eval", {})
     origin = provenance()
     family = families.of(params["model"]["maxtext_name"])
-    base = b["repo_id"] if b["source"] == "hub" else f"the tiny {family.NAME} of this pipeline (seed {b['tiny_seed']}: {family.TINY})"
+    base = {"hub": b["repo_id"], "gguf": f"{family.NAME}, dequantized from the GGUF {gguf_source.describe(b)}"}.get(
+        b["source"], f"the tiny {family.NAME} of this pipeline (seed {b['tiny_seed']}: {family.TINY})")
     data = f"{d['repo_id']}@{d['revision']}" if d["source"] == "hub" else f"{d['local_dir']} (in the pipeline's repository)"
-    front = {"library_name": "transformers", "pipeline_tag": family.PIPELINE_TAG, "tags": ["maxtext", "sft", "dvc"]}
+    multimodal = "vision_config" in checkpoint.read_config(paths.SFT_HF)
+    tag = family.PIPELINE_TAG if multimodal else "text-generation"
+    front = {"library_name": "transformers", "pipeline_tag": tag, "tags": ["maxtext", "sft", "dvc"]}
     if b["source"] == "hub":
         front["base_model"] = b["repo_id"]
     if d["source"] == "hub":

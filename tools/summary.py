@@ -34,8 +34,17 @@ def duration(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
+def gate_line(name: str, figures: dict, limits: dict | None) -> str:
+    """One gate's verdict and figures (convert_in's conversion check, convert_out's export
+    check), beside its limits ({"check": ...}) when params.yaml is there to say them."""
+    limit = (lambda key: f" (limit {limits['check'][key]:g})") if limits else (lambda key: "")
+    return (f"{name:<12s}{'passed' if figures['passed'] else 'FAILED'}: max KL {figures['kl_max']:.2g}{limit('max_kl')}, "
+            f"mean KL {figures['kl_mean']:.2g}{limit('max_mean_kl')}, top-1 agreement {figures['top1_agreement']:.4f}")
+
+
 def lines(found: dict[str, dict], limits: dict | None) -> list[str]:
-    """The summary's lines from the files' contents ({path: parsed JSON}); pure, for tests."""
+    """The summary's lines from the files' contents ({path: parsed JSON}) and the params
+    (`limits`: params.yaml, or None); pure, for tests."""
     out = []
     data, lengths = found.get("metrics/dataset.json", {}), found.get("metrics/token_lengths.json", {})
     if data:
@@ -44,6 +53,9 @@ def lines(found: dict[str, dict], limits: dict | None) -> list[str]:
         out.append(f"data        {train['rows']:,} training conversations"
                    + (f" ({train['skipped']} bad rows skipped)" if train["skipped"] else "")
                    + (f", median {median:,} tokens" if median is not None else "") + f"; {held_out['rows']:,} held out")
+    conversion = found.get("metrics/convert_check.json", {}).get("conversion")
+    if conversion:
+        out.append(gate_line("conversion", conversion, limits and limits["convert_in"]))
     run = found.get("dvclive/metrics.json", {}).get("run")
     if run and run.get("steps"):
         out.append(f"training    {run['steps']} steps, loss {run['first_step_loss']:.3f} -> {run['final_loss']:.3f}"
@@ -57,9 +69,7 @@ def lines(found: dict[str, dict], limits: dict | None) -> list[str]:
                    f"{heldout['target_tokens']:,} target tokens")
     export = found.get("metrics/export_check.json", {}).get("export")
     if export:
-        limit = (lambda key: f" (limit {limits[key]:g})") if limits else (lambda key: "")
-        out.append(f"export      {'passed' if export['passed'] else 'FAILED'}: max KL {export['kl_max']:.2g}{limit('max_kl')}, "
-                   f"mean KL {export['kl_mean']:.2g}{limit('max_mean_kl')}, top-1 agreement {export['top1_agreement']:.4f}")
+        out.append(gate_line("export", export, limits and limits["convert_out"]))
     times = found.get(STAGE_TIMES, {})
     if times:
         ran = [s for s in ORDER if s in times] + sorted(set(times) - set(ORDER))
@@ -69,10 +79,10 @@ def lines(found: dict[str, dict], limits: dict | None) -> list[str]:
 
 
 def main() -> None:
-    paths = ["metrics/dataset.json", "metrics/token_lengths.json", "dvclive/metrics.json", "metrics/eval.json",
-             "metrics/export_check.json", STAGE_TIMES]
+    paths = ["metrics/dataset.json", "metrics/token_lengths.json", "metrics/convert_check.json", "dvclive/metrics.json",
+             "metrics/eval.json", "metrics/export_check.json", STAGE_TIMES]
     found = {p: read(p) for p in paths}
-    limits = load()["convert_out"]["check"] if os.path.exists("params.yaml") else None
+    limits = load() if os.path.exists("params.yaml") else None
     summary = lines(found, limits)
     if not summary:
         sys.exit("summary: nothing to summarise yet; run `dvc repro` first")

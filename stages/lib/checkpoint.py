@@ -93,10 +93,11 @@ def detect_layout(model_dir: str, layouts: dict[str, dict[str, str]], family: st
 
 
 def rename(name: str, src: dict, dst: dict) -> str:
-    """A tensor name moved from one layout ({tower: prefix}) to another."""
+    """A tensor name moved from one layout ({tower: prefix}) to another; unchanged when the
+    other layout has no such tower (a text-only checkpoint has no vision tower)."""
     for tower, prefix in src.items():
         if name.startswith(prefix):
-            return dst[tower] + name[len(prefix) :]
+            return dst[tower] + name[len(prefix) :] if tower in dst else name
     return name
 
 

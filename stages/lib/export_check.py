@@ -1,4 +1,6 @@
-"""The export check: does the HF export compute what the MaxText checkpoint computes?
+"""The export check: does the HF export compute what the MaxText checkpoint computes? And its
+mirror after convert_in, the conversion check: does the converted MaxText checkpoint compute
+what the base HF checkpoint computes?
 
 Run by convert_out (through stages.lib.maxtext_main, like MaxText's own entry points):
 
@@ -7,6 +9,12 @@ Run by convert_out (through stages.lib.maxtext_main, like MaxText's own entry po
         --base models/base-hf --tie-margin 0.05 --dtype bfloat16 \
         [--lora-base models/base-maxtext/0/items --lora-adapter models/sft-maxtext/lora] -- \
         <MaxText config file and flags, load_parameters_path= the trained params: stages/lib/flags.py>
+
+and by convert_in, on the converted checkpoint:
+
+    python -m stages.lib.maxtext_main stages.lib.export_check -- --conversion --report R.json \
+        --base models/base-hf [--export COPY --report R2.json ...] --tie-margin 0.05 -- \
+        <MaxText flags, load_parameters_path= models/base-maxtext/0/items>
 
 (convert_out runs it in the same process as the conversion: stages/lib/export_run.py.) Several
 exports of one trained checkpoint are checked against one reference, computed once: the
@@ -17,10 +25,13 @@ Like is compared with like. The export holds the trained float32 weights rounded
 dtype, so the reference is MaxText running exactly those rounded weights (each trained
 tensor rounded as the export rounds it, in the model family's HF layout: the family's
 `export_rounding`, stages/lib/families/), in float32, on a few fixed chat prompts;
-`transformers` runs the export, in float32, on the same prompts. An honest export then differs from its reference only by
+`transformers` runs the export, in float32, on the same prompts, with MaxText's own arithmetic
+where MaxText differs by design (the family's `like_maxtext`: Gemma 3's tied output head, which
+MaxText computes with a bf16 table). An honest export then differs from its reference only by
 the two libraries' float32 arithmetic, whatever the model's size, so the gate can be tight:
 per prompt, the KL divergence of the export's next-token distributions from MaxText's, top-1
 agreement and the largest logit difference. Reported beside it, as information, is what
+MaxText's head costs against transformers' own (`maxtext_head`), and what
 rounding to the export dtype costs (MaxText on the trained weights against MaxText on the
 rounded ones). For a LoRA run the trained weights are the merge (stages/lib/merge_lora.py),
 which is itself checked against MaxText applying the adapter unmerged, float32 both.
@@ -123,18 +134,38 @@ def round_like_the_export(model, model_name: str, dtype: str, hf_config) -> int:
     return changed
 
 
-def transformers_logits(export_dir: str, prompts: list[list[int]]) -> list[np.ndarray]:
+def transformers_logits(model_dir: str, prompts: list[list[int]], model_name: str) -> tuple[list, list | None]:
+    """transformers' next-token logits for each prompt, with MaxText's own arithmetic where the
+    family has some (families.like_maxtext: Gemma 3's embedding scale and bf16 output head),
+    so that the gates compare like with like; and, where it has, the logits transformers' own
+    output head gives on the same hidden states (what MaxText's head costs: information)."""
     import torch
     import transformers
 
-    config = transformers.AutoConfig.from_pretrained(export_dir)
+    from stages.lib import families
+
+    config = transformers.AutoConfig.from_pretrained(model_dir)
     auto = transformers.AutoModelForImageTextToText if hasattr(config, "vision_config") else transformers.AutoModelForCausalLM
-    model = auto.from_pretrained(export_dir, dtype=torch.float32).eval()
-    out = []
+    model = auto.from_pretrained(model_dir, dtype=torch.float32).eval()
+    head = families.like_maxtext(model_name, model)
+    gated, own = [], []
     with torch.no_grad():
         for p in prompts:
-            out.append(model(input_ids=torch.tensor([p])).logits[0].float().numpy())
-    return out
+            if head is None:
+                gated.append(model(input_ids=torch.tensor([p])).logits[0].float().numpy())
+                continue
+            hidden = model.model(input_ids=torch.tensor([p])).last_hidden_state[0]  # after the final norm
+            gated.append(head(hidden).numpy())
+            own.append(model.get_output_embeddings()(hidden).numpy())
+    return gated, (own if head is not None else None)
+
+
+def with_head_cost(report: dict, gated: list, own: list | None, tie_margin: float) -> dict:
+    """The report, plus what transformers' own output head gives against MaxText's (when the
+    family's differ), as information beside the gated figures."""
+    if own is not None:
+        report["maxtext_head"] = {k: v for k, v in summary(own, gated, tie_margin).items() if k != "prompts"}
+    return report
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
@@ -183,13 +214,16 @@ def threshold_failures(report: dict, limits: dict, what: str = "") -> list[str]:
     return failures
 
 
-def metrics(report: dict, passed: bool) -> dict:
-    """The report as metrics/export_check.json: every figure under "export" (so that
-    `dvc metrics show` labels them export.kl_max, export.rounding.kl_max, ...), the lists
-    (per prompt, config differences) beside it, where DVC's tables do not spread them out."""
-    figures = {k: v for k, v in report.items() if k not in ("prompts", "config_differences")}
-    return {"export": {"passed": passed, **figures}, "prompts": report["prompts"],
-            "config_differences": report["config_differences"]}
+LISTS = ("prompts", "config_differences")
+
+
+def metrics(report: dict, passed: bool, group: str = "export") -> dict:
+    """The report as metrics/export_check.json (or convert_in's metrics/convert_check.json,
+    `group` "conversion"): every figure under `group` (so that `dvc metrics show` labels them
+    export.kl_max, export.rounding.kl_max, ...), the lists (per prompt, config differences)
+    beside it, where DVC's tables do not spread them out."""
+    figures = {k: v for k, v in report.items() if k not in LISTS}
+    return {group: {"passed": passed, **figures}, **{k: report[k] for k in LISTS if k in report}}
 
 
 def summary(references: list[np.ndarray], candidates: list[np.ndarray], tie_margin: float) -> dict:
@@ -229,7 +263,8 @@ def check(export_dirs: list[str], base_dir: str, dtype: str, tie_margin: float, 
     merge = summary(logits(*maxtext_model(maxtext_args, prompts, lora), prompts), trained, tie_margin) if lora else None
     reports = []
     for export_dir in export_dirs:
-        report = summary(reference, transformers_logits(export_dir, prompts), tie_margin)
+        gated, own = transformers_logits(export_dir, prompts, maxtext_main.model_name(maxtext_args))
+        report = with_head_cost(summary(reference, gated, tie_margin), gated, own, tie_margin)
         report["rounding"] = rounding
         if merge:
             report["lora_merge"] = merge
@@ -238,10 +273,32 @@ def check(export_dirs: list[str], base_dir: str, dtype: str, tie_margin: float, 
     return reports
 
 
+def check_conversion(base_dirs: list[str], tie_margin: float, maxtext_args: list[str]) -> list[dict]:
+    """The conversion check's report for each HF checkpoint: transformers on it (the model the
+    user chose: the reference) against MaxText on the converted parameters, which training
+    starts from, both in float32 on the export check's prompts. MaxText runs once, however
+    many checkpoints (the stage checks one; bench/conversion_check_calibration.py faulty copies)."""
+    import transformers
+
+    from stages.lib import maxtext_main
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(base_dirs[0])
+    hf_config = transformers.AutoConfig.from_pretrained(base_dirs[0])
+    prompts = prompt_token_ids(tokenizer, getattr(getattr(hf_config, "text_config", hf_config), "sliding_window", None) or 64)
+    model, mesh, batch = maxtext_model(maxtext_args, prompts)
+    converted = logits(model, mesh, batch, prompts)
+    del model
+    reports = []
+    for base_dir in base_dirs:
+        gated, own = transformers_logits(base_dir, prompts, maxtext_main.model_name(maxtext_args))
+        reports.append(with_head_cost(summary(gated, converted, tie_margin), gated, own, tie_margin))
+    return reports
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base", required=True, help="the base checkpoint, whose config.json the export's must equal")
     parser.add_argument("--tie-margin", type=float, required=True)
-    parser.add_argument("--dtype", required=True, help="the export's dtype, which its weights were rounded to")
+    parser.add_argument("--dtype", help="the export's dtype, which its weights were rounded to (exports only)")
     parser.add_argument("--lora-base", help="with --lora-adapter: also check the merge against the adapter unmerged")
     parser.add_argument("--lora-adapter")
 
@@ -258,12 +315,21 @@ def run(ours: argparse.Namespace, exports: dict[str, str], maxtext_args: list[st
 def main() -> None:
     split = sys.argv.index("--")
     parser = argparse.ArgumentParser()
-    parser.add_argument("--export", action="append", required=True, help="an export to check (repeatable)")
+    parser.add_argument("--conversion", action="store_true", help="check the converted checkpoint against --base")
+    parser.add_argument("--export", action="append", default=[], help="an export to check (repeatable)")
     parser.add_argument("--report", action="append", required=True, help="its report (one per --export, in order)")
     add_arguments(parser)
     ours = parser.parse_args(sys.argv[1:split])
-    if len(ours.export) != len(ours.report):
-        parser.error("one --report per --export")
+    if ours.conversion:  # the base, then any --export as another checkpoint to hold against the conversion
+        checkpoints = [ours.base, *ours.export]
+        if len(checkpoints) != len(ours.report):
+            parser.error("one --report for the base and one per --export")
+        for report_path, report in zip(ours.report, check_conversion(checkpoints, ours.tie_margin, sys.argv[split + 1 :])):
+            with open(report_path, "w") as f:
+                json.dump(report, f, indent=2)
+        return
+    if len(ours.export) != len(ours.report) or not ours.dtype:
+        parser.error("one --report per --export, and --dtype")
     run(ours, dict(zip(ours.export, ours.report)), sys.argv[split + 1 :])
 
 

@@ -146,6 +146,17 @@ def convert_in(params: dict, out_dir: str) -> Invocation:
     ], hf_config=paths.BASE_HF, hf_layout=families.detect_layout(paths.BASE_HF, params["model"]["maxtext_name"]))
 
 
+def conversion_check(params: dict, converted_dir: str, report: str, others: dict[str, str] | None = None) -> Invocation:
+    """The conversion check (stages/lib/export_check.py --conversion): MaxText on the converted
+    parameters in converted_dir against transformers on the base checkpoint (and on `others`,
+    {HF checkpoint: report}, the calibration's faulty copies)."""
+    c = params["convert_in"]["check"]
+    pairs = [a for other, other_report in (others or {}).items() for a in ("--export", other, "--report", other_report)]
+    return Invocation("stages.lib.export_check", [
+        "--conversion", "--report", report, "--base", paths.BASE_HF, *pairs, "--tie-margin", str(c["tie_margin"]), "--",
+        config_file(TRAIN_SFT), *common(params), f"load_parameters_path={_abs(paths.converted_params(converted_dir))}"])
+
+
 def _training(params: dict, staged: Staged | None = None) -> list[str]:
     t = params["train"]
     return [

@@ -3,8 +3,9 @@
 MaxText's converters look the model up in a hard-coded table (`HF_MODEL_CONFIGS`, keyed by
 `model_name`) and name tensors the way transformers holds them in memory. This wrapper, run
 as the child process in place of `python -m <module>`, replaces that table entry with the
-checkpoint's `config.json` and, for a checkpoint in the Hub's key layout, renames the
-parameter mapping's Hugging Face names to match the file. Nothing of MaxText is edited: the
+checkpoint's `config.json` (in the form the family's tables read: stages/lib/families/) and,
+for a checkpoint in another key layout (the Hub's, or text-only), renames the parameter
+mapping's Hugging Face names to match the file. Nothing of MaxText is edited: the
 entry point then runs unmodified, as its own `__main__`.
 
     python -m stages.lib.maxtext_main maxtext.checkpoint_conversion.to_maxtext \
@@ -38,6 +39,22 @@ def use_checkpoint_config(model_name: str, config_dir: str) -> None:
 
     # Both converters did `from ... import HF_MODEL_CONFIGS`: mutate the shared dict, don't rebind.
     hf_model_configs.HF_MODEL_CONFIGS[model_name] = transformers.AutoConfig.from_pretrained(config_dir)
+
+
+def tables_read_the_config(model_name: str) -> None:
+    """MaxText's conversion tables get the config as the model family's converter expects it
+    (`converter_config`: Gemma 3's tables index a text and a vision config, which a
+    text-only checkpoint's config.json does not have)."""
+    from maxtext.checkpoint_conversion.utils import hf_shape, param_mapping
+
+    from stages.lib import families
+
+    adapt = getattr(families.of(model_name), "converter_config", None)
+    if adapt is None:
+        return
+    for table in (param_mapping.PARAM_MAPPING, param_mapping.HOOK_FNS, hf_shape.HF_SHAPE):
+        stock = table[model_name]
+        table[model_name] = lambda config, *args, _stock=stock, **kwargs: _stock(adapt(config), *args, **kwargs)
 
 
 def read_layout(model_name: str, layout: str) -> None:
@@ -148,6 +165,7 @@ def main() -> None:
         return
     if ours.hf_config:
         use_checkpoint_config(name, ours.hf_config)
+        tables_read_the_config(name)
     if ours.hf_layout != "transformers":
         read_layout(name, ours.hf_layout)
     preload_imports(ours.module)

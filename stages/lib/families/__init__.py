@@ -17,6 +17,8 @@ Nothing outside this package names a family. A family module defines:
   export_rounding(path, value, dtype, hf_config) -> what a MaxText parameter (at `path` in
                 the model's state) is once exported to `dtype` and read back (the export
                 check's reference)
+  like_maxtext(hf_model) (optional) -> gives a transformers model MaxText's own arithmetic
+                where the two differ by design; returns MaxText's output head (the gates)
   build_tiny(out_dir, seed) -> writes a tiny checkpoint of the family, offline
   TINY          one line: what the tiny model is and where its tokenizer comes from
   PIPELINE_TAG  the Hub's task for a model card (tools/publish.py)
@@ -84,6 +86,14 @@ def check_convertible(model_dir: str, model_name: str) -> str:
 
 def export_rounding(model_name: str, path: tuple[str, ...], value, dtype: str, hf_config):
     return of(model_name).export_rounding(path, value, dtype, hf_config)
+
+
+def like_maxtext(model_name: str, hf_model):
+    """MaxText's output head for a transformers model of the family (the family's
+    `like_maxtext`, which also sets the model's input arithmetic to MaxText's), or None where
+    the family computes as transformers does."""
+    adapt = getattr(of(model_name), "like_maxtext", None)
+    return adapt(hf_model) if adapt else None
 
 
 def rounded(x, dtype: str):

@@ -1,5 +1,7 @@
 """Gemma 3 (`gemma3-4b`, `gemma3-12b`, `gemma3-27b`): the multimodal checkpoints the Hub has
-(`Gemma3ForConditionalGeneration`), of which the pipeline trains the language model.
+(`Gemma3ForConditionalGeneration`), of which the pipeline trains the language model, and the
+text-only ones (`Gemma3ForCausalLM`, `gemma3_text`: gemma-3-270m and gemma-3-1b and their -it
+variants), trained and exported as they are, with no vision tower.
 
 MaxText's converters describe a model by a hard-coded Hugging Face config keyed by
 `model_name` (`HF_MODEL_CONFIGS`), not by the checkpoint's own `config.json`; the pipeline
@@ -27,7 +29,7 @@ from stages.lib.families import dimension_args, problems_in, refuse, rounded
 
 NAME = "Gemma 3"
 MAXTEXT_NAMES = ("gemma3-4b", "gemma3-12b", "gemma3-27b")
-PIPELINE_TAG = "image-text-to-text"  # the Hub's task for the model card
+PIPELINE_TAG = "image-text-to-text"  # the Hub's task for the model card (text-only checkpoints: text-generation)
 TINY = "Gemma 3 architecture, 8 layers, hidden 128; Gemma 3's own tokenizer and chat template (shipped with MaxText)"
 
 # Where each tower lives in the two layouts Gemma 3 checkpoints come in. MaxText's parameter
@@ -44,14 +46,18 @@ LAYOUTS = {
         "vision_tower": "vision_tower.",
         "multi_modal_projector": "multi_modal_projector.",
     },
+    # Text-only checkpoints: the language model alone. Last, since its prefix also starts
+    # the transformers layout's names (checkpoint.detect_layout takes the first that fits).
+    "text": {"language_model": "model."},
 }
 HUB_PREFIX = LAYOUTS["hub"]
 
 # MaxText hard-codes Gemma 3's attention pattern: five sliding-window layers, then one global.
 ATTENTION_PATTERN = ["sliding_attention"] * 5 + ["full_attention"]
 
-MODEL_TYPE = "gemma3_text"  # of text_config
-CONFIG_FIELDS = ("hidden_activation", "query_pre_attn_scalar", "head_dim", "hidden_size", "num_attention_heads",
+MODEL_TYPE = "gemma3_text"  # of text_config (or of the whole config, for a text-only checkpoint)
+GGUF_ARCHITECTURE = "gemma3"  # general.architecture of a llama.cpp GGUF of it (base_model.source gguf)
+CONFIG_FIELDS = ("tie_word_embeddings", "hidden_activation", "query_pre_attn_scalar", "head_dim", "hidden_size", "num_attention_heads",
                  "num_key_value_heads", "num_hidden_layers", "intermediate_size", "vocab_size", "sliding_window",
                  "rms_norm_eps", "layer_types", "rope_parameters", "final_logit_softcapping", "attn_logit_softcapping")
 
@@ -65,6 +71,8 @@ def model_args(t, model_name: str) -> list[str]:
     pattern = [ATTENTION_PATTERN[i % 6] for i in range(t.num_hidden_layers)]
     if list(t.layer_types) != pattern:
         problems.append("layer_types is not Gemma 3's 5-local/1-global pattern")
+    if t.tie_word_embeddings is False:
+        problems.append("tie_word_embeddings=False (MaxText's Gemma 3 computes logits with the embedding)")
     if t.final_logit_softcapping or t.attn_logit_softcapping:
         problems.append("logit soft-capping is set (Gemma 3 has none)")
     rope = t.rope_parameters
@@ -79,6 +87,44 @@ def model_args(t, model_name: str) -> list[str]:
         f"local_rope_max_timescale={int(local['rope_theta'])}",
         f"rope_linear_scaling_factor={float(full.get('factor', 1.0))}",
     ]
+
+
+# MaxText's Gemma 3 tables (its parameter mapping, hooks and HF shapes) read
+# config["text_config"] and config["vision_config"]: a text-only config is handed to them as
+# the text config of a model without vision layers (stages/lib/maxtext_main.py).
+NO_VISION = {"hidden_size": 0, "intermediate_size": 0, "num_hidden_layers": 0, "patch_size": 1, "num_channels": 0,
+             "image_size": 0}
+
+
+def converter_config(config: dict) -> dict:
+    """The config dict MaxText's Gemma 3 tables expect, from a checkpoint's config.to_dict()."""
+    if "text_config" in config:
+        return config
+    return {**config, "text_config": config, "vision_config": NO_VISION}
+
+
+def like_maxtext(model):
+    """Gives a transformers Gemma 3 MaxText's embedding arithmetic; returns MaxText's output
+    head, for the gates to compare like with like (stages/lib/export_check.py):
+      - MaxText holds the embedding pre-multiplied by bf16(sqrt(hidden)) (the converter's
+        hook), so its input scale is that bf16 value (25.25 for hidden 640), as Google's bf16
+        reference and transformers in bf16 have it; transformers in float32 uses the exact 25.298;
+      - its logits are that pre-scaled table, cast to bf16 in the dot whatever `dtype` says
+        (maxtext/layers/embeddings.py, attend_on_embedding, MaxText 0.2.5), then divided by the
+        exact sqrt(hidden) (`normalize_embedding_logits`).
+    On the real Gemma 3 270M the head alone is most of what parts the two libraries (max KL
+    4.4e-3 against float32 noise; docs/benchmarks.md), so a gate that ignored it would sit
+    a thousandfold above a faithful conversion. The returned head maps the final (normed)
+    hidden states to logits."""
+    import ml_dtypes
+    import torch
+
+    embed = model.get_input_embeddings()
+    hidden = embed.weight.shape[1]
+    folded = float(ml_dtypes.bfloat16(hidden**0.5))
+    embed.embed_scale.fill_(folded)
+    table = (embed.weight.detach() * folded).to(torch.bfloat16).to(torch.float32)
+    return lambda h: (h @ table.T) / hidden**0.5
 
 
 def export_rounding(path: tuple[str, ...], value, dtype: str, hf_config):
@@ -196,12 +242,24 @@ def tensor_shapes(config: dict) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+# Gemma 3's generation config as the Hub has it: a turn ends at <end_of_turn> (106) or <eos> (1).
+GENERATION = {"bos_token_id": 2, "eos_token_id": [1, 106], "pad_token_id": 0}
+
+
 def build_tiny(out_dir: str, seed: int, text: dict | None = None, vision: dict | None = None) -> None:
     """Writes a complete tiny HF checkpoint (config, weights, tokenizer, chat template) to out_dir."""
     config = hub_config({**TINY_TEXT, **(text or {})}, {**TINY_VISION, **(vision or {})})
-    generation = {"bos_token_id": 2, "eos_token_id": [1, 106], "pad_token_id": 0}
-    tiny.write_checkpoint(out_dir, config, generation, tensor_shapes(config), seed)
+    tiny.write_checkpoint(out_dir, config, GENERATION, tensor_shapes(config), seed)
     write_tokenizer(out_dir)
+
+
+def write_gguf_companions(out_dir: str) -> None:
+    """What a dequantized GGUF (stages/lib/gguf_source.py) lacks beside weights and config:
+    Gemma 3's tokenizer with its chat template (the GGUF's vocabulary gives the same ids but
+    has no template), and the generation config that ends a turn at <end_of_turn>."""
+    write_tokenizer(out_dir)
+    with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
+        json.dump(GENERATION, f, indent=2)
 
 
 def tokenizer_file() -> str:

