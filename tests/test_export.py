@@ -145,3 +145,24 @@ def test_check_rejects_a_scaled_tensor(rejected):
     report, failures = rejected["scale_embedding"]
     assert failures and all("config" not in f for f in failures), failures
     assert any(f.startswith("max KL") for f in failures) and any(f.startswith("mean KL") for f in failures)
+
+
+def test_a_conversion_the_gate_refuses_is_not_published(workspace, tiny_base):
+    """convert_in with limits no conversion meets: the stage fails with one line naming the
+    limit, models/base-maxtext is not written, and the figures are in its metrics file."""
+    import sys
+
+    from conftest import set_param, sh
+
+    root = workspace("conversion-refused")
+    shutil.copytree(tiny_base, root / "models" / "base-hf")  # what base_model writes
+    set_param(root, "convert_in.check.max_kl", 1.0e-30)
+    proc = sh([sys.executable, "-m", "stages.convert_in"], root, check=False)
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("convert_in:")]
+    assert len(errors) == 1 and "the conversion check failed (max KL" in errors[0] and "> 1e-30" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (root / "models" / "base-maxtext").exists()
+    assert not list((root / "models").glob(".base-maxtext*"))  # nor its staging directory or report
+    figures = json.loads((root / "metrics" / "convert_check.json").read_text())["conversion"]
+    assert figures["passed"] is False and 0 < figures["kl_max"] < 1e-3 and figures["top1_agreement"] == 1.0

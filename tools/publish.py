@@ -96,8 +96,12 @@ def model_card(params: dict, check: dict, repo_id: str) -> str:
     evaluation = (read_json(os.path.join("metrics", "eval.json")) or {}).get("eval", {})
     origin = provenance()
     family = families.of(params["model"]["maxtext_name"])
-    base = {"hub": b["repo_id"], "gguf": f"{family.NAME}, dequantized from the GGUF {gguf_source.describe(b)}"}.get(
-        b["source"], f"the tiny {family.NAME} of this pipeline (seed {b['tiny_seed']}: {family.TINY})")
+    if b["source"] == "hub":
+        base = b["repo_id"]
+    elif b["source"] == "gguf":
+        base = f"{family.NAME}, dequantized from the GGUF {gguf_source.describe(b)}"
+    else:
+        base = f"the tiny {family.NAME} of this pipeline (seed {b['tiny_seed']}: {family.TINY})"
     data = f"{d['repo_id']}@{d['revision']}" if d["source"] == "hub" else f"{d['local_dir']} (in the pipeline's repository)"
     multimodal = "vision_config" in checkpoint.read_config(paths.SFT_HF)
     tag = family.PIPELINE_TAG if multimodal else "text-generation"
