@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test suite: real MaxText on CPU with the tiny model, real DVC, real GCS protocol.
 #
-#   scripts/test.sh            # everything (~30 minutes on 2 cores, two workers)
+#   scripts/test.sh            # everything (~40 minutes on 2 cores, two workers)
 #   scripts/test.sh -m "not slow"   # the fast tests only (~1.5 minutes)
 #
 # Builds .venv (and the browser check's Chromium + node packages) if needed. Extra arguments go to pytest.
