@@ -68,6 +68,17 @@ def prompt_token_ids(tokenizer, sliding_window: int) -> list[list[int]]:
         long += LONG_TEXT
 
 
+def fixed_prompts(model_dir: str):
+    """The checkpoint's config and the fixed prompts in its tokenizer's ids; the long prompt is
+    longer than a sliding window (Gemma 3's local layers), or 64 tokens."""
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+    hf_config = transformers.AutoConfig.from_pretrained(model_dir)
+    text = getattr(hf_config, "text_config", hf_config)
+    return hf_config, prompt_token_ids(tokenizer, getattr(text, "sliding_window", None) or 64)
+
+
 def maxtext_model(maxtext_args: list[str], prompts: list[list[int]], lora: tuple[str, str] | None = None):
     """A MaxText model (float32 compute) for these flags, sized for the prompts; with `lora`
     (base params, adapter), the base with the adapter applied as training applied it."""
@@ -245,14 +256,9 @@ def check(export_dirs: list[str], base_dir: str, dtype: str, tie_margin: float, 
     differ from the base's, and for a LoRA run (`lora`: base params, adapter) the merge
     against the adapter unmerged. The prompts are the base's tokenizer's (an export's
     tokenizer files are the base's, byte for byte: stages/lib/export.py)."""
-    import transformers
-
     from stages.lib import export, maxtext_main
 
-    tokenizer = transformers.AutoTokenizer.from_pretrained(base_dir)
-    hf_config = transformers.AutoConfig.from_pretrained(base_dir)
-    # A long prompt is longer than a sliding window (Gemma 3's local layers), or 64 tokens.
-    prompts = prompt_token_ids(tokenizer, getattr(getattr(hf_config, "text_config", hf_config), "sliding_window", None) or 64)
+    hf_config, prompts = fixed_prompts(base_dir)
     model, mesh, batch = maxtext_model(maxtext_args, prompts)
     trained = logits(model, mesh, batch, prompts)
     rounded_tensors = round_like_the_export(model, maxtext_main.model_name(maxtext_args), dtype, hf_config)
@@ -278,13 +284,9 @@ def check_conversion(base_dirs: list[str], tie_margin: float, maxtext_args: list
     user chose: the reference) against MaxText on the converted parameters, which training
     starts from, both in float32 on the export check's prompts. MaxText runs once, however
     many checkpoints (the stage checks one; bench/conversion_check_calibration.py faulty copies)."""
-    import transformers
-
     from stages.lib import maxtext_main
 
-    tokenizer = transformers.AutoTokenizer.from_pretrained(base_dirs[0])
-    hf_config = transformers.AutoConfig.from_pretrained(base_dirs[0])
-    prompts = prompt_token_ids(tokenizer, getattr(getattr(hf_config, "text_config", hf_config), "sliding_window", None) or 64)
+    _, prompts = fixed_prompts(base_dirs[0])
     model, mesh, batch = maxtext_model(maxtext_args, prompts)
     converted = logits(model, mesh, batch, prompts)
     del model
