@@ -1,4 +1,4 @@
-# The image every pod of an XPK workload runs (runtime.launcher: xpk; README, "Past one VM"):
+# The image every pod of an XPK workload runs (runtime.launcher: xpk; docs/multi-host.md):
 # this repository at /app with the TPU environment scripts/setup-tpu.sh installs (MaxText with
 # jax[tpu] and libtpu, Tunix, DVC). Only code and environment: each pod reads its inputs from
 # the gs:// scratch the train stage staged them to, and writes its checkpoints there.

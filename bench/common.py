@@ -19,11 +19,9 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the stages' own functions build the by-hand commands
-sys.path.insert(0, str(ROOT / "tests"))
-from conftest import copy_project, env, stages_run  # noqa: E402, F401  (the tests' helpers: the project, its environment)
+from testkit.workspace import copy_project, env, stages_run  # noqa: F401  (the benchmarks' workspaces: the tests' own)
 
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -68,7 +66,7 @@ def tree_rss(pid: int) -> list[tuple[str, int]]:
     for p in procs:
         try:
             argv = p.cmdline()
-            kind = argv[argv.index("stages.lib.maxtext_main") + 1] if "stages.lib.maxtext_main" in argv else " ".join(argv[:3])
+            kind = argv[argv.index("stages.in_maxtext.main") + 1] if "stages.in_maxtext.main" in argv else " ".join(argv[:3])
             found.append((kind, p.memory_info().rss))
         except (psutil.Error, IndexError):
             pass

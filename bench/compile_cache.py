@@ -1,7 +1,7 @@
 """JAX's persistent compilation cache (runtime.compile_cache_dir): time to the first training
 step with the cache warm against cold, on the tiny recipe.
 
-    python bench/compile_cache.py    # ~5 minutes
+    python -m bench.compile_cache    # ~5 minutes
 
 In one fresh project copy (inputs built untimed), the train stage runs three times from an
 empty working directory, in this order: with an empty cache (cold: MaxText compiles the train
@@ -16,8 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Row, log, new_workspace, run_alone, timed  # noqa: E402
+from bench.common import Row, log, new_workspace, run_alone, timed  # noqa: E402
 
 
 def train_once(root: Path) -> dict:
@@ -36,7 +35,7 @@ def cache_entries(cache: Path) -> int:
 
 
 def bench(work: Path) -> list[Row]:
-    from conftest import set_param  # tests/conftest.py: the path common.py puts on sys.path
+    from testkit.workspace import set_param
 
     root = new_workspace(work / "compile-cache")
     cache = root / ".cache" / "jax"

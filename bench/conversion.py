@@ -1,6 +1,6 @@
 """Conversion on a mid-size (~1 GB) Gemma-3-architecture checkpoint: time vs reading the bytes, peak RSS.
 
-    python bench/conversion.py --reps 1   # ~6 minutes on 2 cores, ~5 GB of free disk
+    python -m bench.conversion --reps 1   # ~6 minutes on 2 cores, ~5 GB of free disk
 
 The checkpoint is the tiny Gemma 3 (stages/lib/families/gemma3.py) at wider, deeper dimensions (random bf16
 weights, the real vocabulary, the Hub's layout). `python -m stages.convert_in` and
@@ -15,8 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import GB, GIB, Row, evict, log, median, new_workspace, read_all, run_alone, stage_seconds, timed, verdict  # noqa: E402
+from bench.common import GB, GIB, Row, evict, log, median, new_workspace, read_all, run_alone, stage_seconds, timed, verdict  # noqa: E402
 
 # ~1.06 GB in bf16: a 604 MB embedding (Gemma 3's 262k vocabulary) and 12 layers of 19M parameters.
 MID_TEXT = {
@@ -45,7 +44,7 @@ def measure(root: Path, stage: str, module: str, source: Path) -> dict:
     run = timed([sys.executable, "-m", f"stages.{stage}"], root, sample_rss=True)
     times = stage_seconds(run.output)
     return {"read": read_s, "seconds": times[f"{stage}:{module}"], "rss": run.peak_rss[module],
-            "gate": times.get("convert_out.check:stages.lib.export_check")}
+            "gate": times.get("convert_out.check:stages.in_maxtext.logit_check")}
 
 
 def bench(work: Path, reps: int = 1, runtime_rss: dict[str, int] | None = None) -> list[Row]:

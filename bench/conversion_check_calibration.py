@@ -1,7 +1,7 @@
 """How sensitive is the conversion check (convert_in's gate), and where do its limits sit?
 
     python -m tools.recipe small && dvc repro convert_in   # or tiny: once, for both checkpoints
-    python bench/conversion_check_calibration.py              # one MaxText process for every row
+    python -m bench.conversion_check_calibration              # one MaxText process for every row
 
 MaxText runs once on the converted checkpoint (models/base-maxtext); transformers runs on the
 base it came from (models/base-hf, the honest row) and on copies of it with one deliberate
@@ -22,10 +22,9 @@ import shutil
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from checkpoint_faults import edit_config, edit_tensor, reverse_heads, swap_layers, swap_tensors  # noqa: E402
-from stages.lib import checkpoint, export_check, flags, maxtext, paths  # noqa: E402
+from bench.checkpoint_faults import edit_config, edit_tensor, reverse_heads, swap_layers, swap_tensors  # noqa: E402
+from stages.lib import checkpoint, flags, gate, maxtext, paths  # noqa: E402
 from stages.lib.params import load  # noqa: E402
 
 
@@ -80,7 +79,7 @@ def main() -> None:
     print(f"| {'conversion':48s} | KL max   | KL mean  | top-1  | max |dlogit| | check | failed on")
     print(f"|{'-' * 50}|----------|----------|--------|--------------|-------|----------")
     for (label, _), r in zip(rows, reports):
-        failures = export_check.threshold_failures(r, limits)
+        failures = gate.threshold_failures(r, limits)
         print(f"| {label:48s} | {r['kl_max']:.2e} | {r['kl_mean']:.2e} | {r['top1_agreement']:.4f} | "
               f"{r['max_abs_logit_diff']:12.4f} | {'FAIL' if failures else 'pass':5s} | {'; '.join(failures)[:90]}")
 

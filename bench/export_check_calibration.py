@@ -1,9 +1,9 @@
 """How sensitive is the export check, and where do its thresholds sit?
 
     python -m tools.recipe tiny && dvc repro      # once, for models/sft-hf
-    python bench/export_check_calibration.py        # one export check process for every row
+    python -m bench.export_check_calibration        # one export check process for every row
 
-Runs the export check (stages/lib/export_check.py) on the honest export in models/sft-hf/
+Runs the export check (stages/in_maxtext/logit_check.py) on the honest export in models/sft-hf/
 and on copies with one deliberate fault each (the config drift in MaxText's hard-coded
 table, and the weight-mapping mistakes a converter can make), and prints each one's KL,
 top-1 agreement and largest logit difference beside params.yaml's thresholds. The
@@ -15,9 +15,8 @@ import shutil
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from checkpoint_faults import edit_config, edit_tensor, reverse_heads, swap_layers  # noqa: E402
+from bench.checkpoint_faults import edit_config, edit_tensor, reverse_heads, swap_layers  # noqa: E402
 from stages import convert_out  # noqa: E402
 from stages.lib.params import load  # noqa: E402
 
@@ -50,7 +49,7 @@ def main() -> None:
             if corrupt:
                 corrupt(copy)
             exports[copy] = os.path.join(tmp, f"report-{i}.json")
-        # One MaxText process, one reference for every copy (stages/lib/export_check.py).
+        # One MaxText process, one reference for every copy (stages/in_maxtext/logit_check.py).
         checked = convert_out.check_exports(params, exports)
     rows = [(label, report, failures) for (label, _), (report, failures) in zip(VARIANTS, checked)]
 

@@ -1,6 +1,6 @@
 """How soon bad input stops the pipeline, against how long MaxText takes just to start.
 
-    python bench/fail_fast.py          # ~1 minute; bench/run.py runs it with the rest
+    python -m bench.fail_fast          # ~1 minute; bench/run.py runs it with the rest
 
 Each case is the real stage (or `dvc repro`) in a fresh copy of the project, broken the way
 tests/test_bad_input.py and tests/test_tpu_recipe.py break it; the tests check that each
@@ -15,8 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Row, env, log, median, new_workspace, run_alone, verdict  # noqa: E402
+from bench.common import Row, env, log, median, new_workspace, run_alone, verdict  # noqa: E402
 
 TARGET_S = 5.0
 

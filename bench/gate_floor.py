@@ -1,8 +1,8 @@
 """Where do MaxText and transformers part on a Gemma 3, and is it ours to fix?
 
     python -m tools.recipe small && dvc repro convert_in   # once: models/base-hf, models/base-maxtext
-    python bench/gate_floor.py                                # ~3 minutes for the 270M
-    python bench/gate_floor.py --layers                       # only the layer-by-layer search
+    python -m bench.gate_floor                                # ~3 minutes for the 270M
+    python -m bench.gate_floor --layers                       # only the layer-by-layer search
 
 Runs MaxText on the converted checkpoint (models/base-maxtext, float32, exactly as the
 conversion check does) and transformers on models/base-hf (float32) on the export check's
@@ -26,11 +26,11 @@ import os
 import sys
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from stages.lib import export_check, flags, paths  # noqa: E402
+from stages.in_maxtext import logit_check  # noqa: E402
+from stages.lib import flags, gate, paths  # noqa: E402
 from stages.lib.params import load  # noqa: E402
 
 
@@ -38,7 +38,7 @@ def kl_rows(reference: list[np.ndarray], candidate: list[np.ndarray]) -> tuple[f
     """KL(reference || candidate): max, token-weighted mean, and (prompt, position) of the max."""
     per = []
     for r, c in zip(reference, candidate):
-        lp, lq = export_check.log_softmax(r), export_check.log_softmax(c)
+        lp, lq = gate.log_softmax(r), gate.log_softmax(c)
         per.append(np.sum(np.exp(lp) * (lp - lq), axis=-1))
     worst = max(range(len(per)), key=lambda i: per[i].max())
     flat = np.concatenate(per)
@@ -90,12 +90,12 @@ def main() -> None:
     tokenizer = transformers.AutoTokenizer.from_pretrained(paths.BASE_HF)
     config = transformers.AutoConfig.from_pretrained(paths.BASE_HF)
     text = getattr(config, "text_config", config)
-    prompts = export_check.prompt_token_ids(tokenizer, text.sliding_window or 64)
+    prompts = logit_check.prompt_token_ids(tokenizer, text.sliding_window or 64)
     if "--layers" in sys.argv:
         return localise(maxtext_args, prompts)
 
-    model, mesh, batch = export_check.maxtext_model(maxtext_args, prompts)
-    maxtext = export_check.logits(model, mesh, batch, prompts)
+    model, mesh, batch = logit_check.maxtext_model(maxtext_args, prompts)
+    maxtext = logit_check.logits(model, mesh, batch, prompts)
     del model
 
     hf = transformers.AutoModelForCausalLM.from_pretrained(paths.BASE_HF, dtype=torch.float32).eval()
@@ -147,9 +147,9 @@ def localise(maxtext_args, prompts, keeps=(0, 1, 2, 3, 6, 12, 13, 14, 15, 16, 17
     print(f"\n| first k layers | KL per position of prompt 0 ({len(short[0])} tokens): MaxText vs transformers with "
           "MaxText's constants")
     for keep in keeps:
-        model, mesh, batch = export_check.maxtext_model(maxtext_args, short)
+        model, mesh, batch = logit_check.maxtext_model(maxtext_args, short)
         truncate_maxtext(model, keep)
-        m = export_check.logits(model, mesh, batch, short)[0]
+        m = logit_check.logits(model, mesh, batch, short)[0]
         del model
         hf = transformers.AutoModelForCausalLM.from_pretrained(paths.BASE_HF, dtype=torch.float32).eval()
         truncate_transformers(hf, keep)
@@ -159,7 +159,7 @@ def localise(maxtext_args, prompts, keeps=(0, 1, 2, 3, 6, 12, 13, 14, 15, 16, 17
         embed.embed_scale.fill_(folded)
         with torch.no_grad():
             t = hf(input_ids=torch.tensor(short)).logits[0].numpy() * (folded / exact)
-        lp, lq = export_check.log_softmax(t), export_check.log_softmax(m)
+        lp, lq = gate.log_softmax(t), gate.log_softmax(m)
         kl = np.sum(np.exp(lp) * (lp - lq), axis=-1)
         print(f"| {keep:14d} | " + " ".join(f"{v:.1e}" for v in kl), flush=True)
 

@@ -2,8 +2,8 @@
 stage on the tiny recipe with glibc's malloc asking for transparent huge pages (the default)
 against without (GLIBC_TUNABLES=glibc.malloc.hugetlb=0), side by side.
 
-    python bench/malloc.py               # ~6 minutes
-    python bench/malloc.py --rounds 3
+    python -m bench.malloc               # ~6 minutes
+    python -m bench.malloc --rounds 3
 
 In one fresh project copy (inputs built and the train step compiled once, untimed), the
 train stage runs from an empty working directory `rounds` times each way, alternating which
@@ -17,9 +17,8 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Row, log, median, new_workspace, run_alone, timed  # noqa: E402
-from conftest import train_losses  # noqa: E402  (tests/conftest.py: the path common.py puts on sys.path)
+from bench.common import Row, log, median, new_workspace, run_alone, timed  # noqa: E402
+from testkit.workspace import train_losses
 
 OFF = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}
 

@@ -1,6 +1,6 @@
 """Nothing changed: `dvc status` and `dvc repro` with Gemma-3-4B-sized outputs in place vs an empty pipeline.
 
-    python bench/no_change.py --reps 3    # ~3 minutes, ~17 GB of free disk
+    python -m bench.no_change --reps 3    # ~3 minutes, ~17 GB of free disk
 
 Two copies of the project on the 4B recipe, every stage recorded in dvc.lock with `dvc commit`
 (no stage runs). In "4B", the outputs have the real sizes: the HF export as ~9 shards of
@@ -20,8 +20,7 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import GB, Row, evict, log, median, new_workspace, run_alone, timed, verdict  # noqa: E402
+from bench.common import GB, Row, evict, log, median, new_workspace, run_alone, timed, verdict  # noqa: E402
 
 HF_EXPORT_BYTES = int(8.6e9)
 CHECKPOINT_BYTES = int(8.0e9)

@@ -1,17 +1,17 @@
 """Packing efficiency: the fraction of non-padding tokens in MaxText's packed training batches,
 for the stream shuffled only and as the train stage arranges it for the packer (stages/lib/stream.py).
 
-    python bench/packing.py    # ~5 minutes
+    python -m bench.packing    # ~5 minutes
 
 Counts what the trainer receives, from MaxText's own SFT input pipeline (tokenizer, chat
-template, grain's PackAndBatch) as the train stage configures it (stages/lib/data_position.py
+template, grain's PackAndBatch) as the train stage configures it (stages/in_maxtext/data_position.py
 builds the iterator), at the 4B recipe's max_target_length (2048) with a v6e-8 host's batch of
 8 rows (8 simulated devices x per-device batch 1). Data: the tiny recipe's chat set (also at
 its own recipe's 256 on one CPU device), and a synthetic set with UltraChat 200k's shape
 (see ultrachat_like). The last batch of each run
 is left out: it is partly empty because the data ended, not because of packing.
 
-    python bench/packing.py --worker -- <MaxText SFT flags>   # one measurement
+    python -m bench.packing --worker -- <MaxText SFT flags>   # one measurement
 """
 
 import json
@@ -20,16 +20,15 @@ import random
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Row, log, new_workspace, run_alone, timed, verdict  # noqa: E402
-from synthetic import ultrachat_like  # noqa: E402
+from bench.common import Row, log, new_workspace, run_alone, timed, verdict  # noqa: E402
+from bench.synthetic import ultrachat_like  # noqa: E402
 
 RECIPE_MAX_LENGTH = 2048  # recipes/gemma3-4b-v6e-8.yaml train.max_target_length
 HOST_DEVICES = 8  # a v6e-8 VM: one host, 8 chips
 def worker(maxtext_args: list[str]) -> None:
     from absl import flags
 
-    from stages.lib.data_position import packed_batches
+    from stages.in_maxtext.data_position import packed_batches
 
     flags.FLAGS(sys.argv[:1])  # grain's workers read absl flags
     config, segmentations = packed_batches(maxtext_args)
@@ -55,13 +54,13 @@ def measure(root: Path, data: Path, max_length: int, devices: int, per_device_ba
         env = {**maxtext.child_env(params), "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
     finally:
         os.chdir(here)
-    run = timed([sys.executable, __file__, "--worker", "--", *args], root, extra_env=env)
+    run = timed([sys.executable, "-m", "bench.packing", "--worker", "--", *args], root, extra_env=env)
     return json.loads(run.output.rsplit("PACKING ", 1)[1].splitlines()[0])
 
 
 def token_lengths(base_hf: Path, data: Path):
     """Tokens per row as MaxText counts them (what the token_lengths stage writes)."""
-    from stages.lib import token_lengths as tl
+    from stages.in_maxtext import count_tokens as tl
 
     found, _ = tl.lengths(tl.load_tokenizer(str(base_hf)), str(data))
     return found

@@ -1,6 +1,6 @@
 """The pipeline against MaxText by hand, on the tiny recipe: overhead, variants, disk, throughput.
 
-    python bench/pipeline.py --reps 2     # ~27 minutes on 2 cores; bench/run.py runs it with the rest
+    python -m bench.pipeline --reps 2     # ~27 minutes on 2 cores; bench/run.py runs it with the rest
 
 A: `dvc repro convert_out` in a fresh copy of the project whose inputs (base_model, dataset)
 are already there, with an empty JAX compilation cache. B: the same three MaxText commands
@@ -24,10 +24,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import GB, Row, du, log, median, new_workspace, run_alone, stage_seconds, stages_run, timed, verdict  # noqa: E402
+from bench.common import GB, Row, du, log, median, new_workspace, run_alone, stage_seconds, stages_run, timed, verdict  # noqa: E402
 
-GATES = ("convert_in.check:stages.lib.export_check", "convert_out.check:stages.lib.export_check")
+GATES = ("convert_in.check:stages.in_maxtext.logit_check", "convert_out.check:stages.in_maxtext.logit_check")
 
 
 def prepared(path: Path) -> Path:

@@ -1,7 +1,7 @@
 """dvc push / dvc pull of a sharded 2 GB export vs raw gcsfs put / get of the same files.
 
-    python bench/remote_transfer.py                 # 2 GB, 3 rounds (~10 minutes)
-    python bench/remote_transfer.py --size-gb 0.5 --rounds 1
+    python -m bench.remote_transfer                 # 2 GB, 3 rounds (~10 minutes)
+    python -m bench.remote_transfer --size-gb 0.5 --rounds 1
 
 Both sides talk the real GCS protocol to fake-gcs-server on 127.0.0.1 (the emulator the tests
 use), each as its own process, with the project's remote settings (.dvc/config: jobs, verify).
@@ -20,8 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, Row, log, table, verdict  # noqa: E402
+from bench.common import ROOT, Row, log, table, verdict  # noqa: E402
 from gcs_server import CLIENT_ENV, GcsServer  # noqa: E402  (tests/, on the path through common)
 
 BUCKET = "bench-bucket"

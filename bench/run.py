@@ -1,8 +1,8 @@
 """The benchmark suite: every row a measurement against its baseline, taken side by side in one run.
 
-    python bench/run.py                                 # all rows (~31 minutes on 2 cores), prints the table
-    python bench/run.py --pipeline-reps 2 --markdown docs/benchmarks.md   # as recorded there (~36 minutes)
-    python bench/run.py --only packing,no_change        # some benchmarks
+    python -m bench.run                                 # all rows (~31 minutes on 2 cores), prints the table
+    python -m bench.run --pipeline-reps 2 --markdown docs/benchmarks.md   # as recorded there (~36 minutes)
+    python -m bench.run --only packing,no_change        # some benchmarks
 
 (scripts/bench.sh builds .venv first, then runs this.) Each benchmark is a module here that
 can also run on its own; see its docstring for what exactly is compared. Exit status 1 if
@@ -22,17 +22,16 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import compile_cache  # noqa: E402
-import conversion  # noqa: E402
-import fail_fast  # noqa: E402
-import malloc  # noqa: E402
-import no_change  # noqa: E402
-import packing  # noqa: E402
-import pipeline  # noqa: E402
-import remote_transfer  # noqa: E402
-import scale  # noqa: E402
-from common import GIB, Row, du, log, table  # noqa: E402
+from bench import compile_cache  # noqa: E402
+from bench import conversion  # noqa: E402
+from bench import fail_fast  # noqa: E402
+from bench import malloc  # noqa: E402
+from bench import no_change  # noqa: E402
+from bench import packing  # noqa: E402
+from bench import pipeline  # noqa: E402
+from bench import remote_transfer  # noqa: E402
+from bench import scale  # noqa: E402
+from bench.common import GIB, Row, du, log, table  # noqa: E402
 
 BENCHMARKS = ("packing", "compile_cache", "malloc", "no_change", "fail_fast", "scale", "pipeline", "conversion", "remote")
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
@@ -114,7 +113,7 @@ def main() -> None:
                 shutil.rmtree(path, ignore_errors=True)
     rows.sort(key=lambda r: r.name)
     minutes = (time.monotonic() - started) / 60
-    command = "python bench/run.py " + " ".join(sys.argv[1:])
+    command = "python -m bench.run " + " ".join(sys.argv[1:])
     text = (f"Measured {datetime.date.today().isoformat()} in {minutes:.0f} minutes on {machine()}.\n"
             f"Versions: {versions()}.\nRegenerate: `{command.strip()}`.\n\n{table(rows)}")
     print("\n" + text)

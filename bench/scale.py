@@ -1,6 +1,6 @@
 """A full-size dataset through the stages that read it: UltraChat 200k's 207,865 training rows.
 
-    python bench/scale.py              # ~10 minutes on 2 cores, ~3 GB of disk
+    python -m bench.scale              # ~10 minutes on 2 cores, ~3 GB of disk
 
 A synthetic set with UltraChat 200k train_sft's shape and size (bench/synthetic.py: 207,865
 conversations, median ~1,100 tokens; the Hub is out of reach here), with one bad row in
@@ -21,9 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import GIB, Row, env, log, new_workspace, read_all, run_alone, timed, verdict  # noqa: E402
-from synthetic import conversations  # noqa: E402
+from bench.common import GIB, Row, env, log, new_workspace, read_all, run_alone, timed, verdict  # noqa: E402
+from bench.synthetic import conversations  # noqa: E402
 
 TRAIN_ROWS, EVAL_ROWS = 207_865, 2_000
 BAD_EVERY = 1000
@@ -41,7 +40,7 @@ def write_data(root: Path) -> Path:
 
 
 def configure(root: Path) -> None:
-    from conftest import commit, set_param
+    from testkit.workspace import commit, set_param
 
     for key, value in {"dataset.local_dir": "bigdata", "dataset.on_bad_row": "skip", "dataset.max_skipped_fraction": 0.01,
                        "train.num_epochs": 1, "train.steps": 1000}.items():

@@ -1,7 +1,7 @@
 """Synthetic chat data with UltraChat 200k's shape, for benchmarks and scale tests (the Hub is
 out of reach here, so the real set cannot be read).
 
-    python bench/synthetic.py 207865 data.jsonl    # a full-size train_sft stand-in
+    python -m bench.synthetic 207865 data.jsonl    # a full-size train_sft stand-in
 """
 
 import json

@@ -5,8 +5,8 @@
 #   scripts/bench.sh                                  # print the table
 #   scripts/bench.sh --markdown docs/benchmarks.md    # ... and record it
 #
-# Builds .venv if needed. Extra arguments go to bench/run.py.
+# Builds .venv if needed. Extra arguments go to python -m bench.run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-exec .venv/bin/python bench/run.py "$@"
+exec .venv/bin/python -m bench.run "$@"

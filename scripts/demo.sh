@@ -25,7 +25,7 @@ if [ $# -gt 0 ] && [ -f "recipes/$1.yaml" ]; then recipe=$1; shift; fi
 python -m tools.recipe "$recipe"
 # No cloud account needed: the demo's DVC remote is a local directory, set in
 # .dvc/config.local (which git ignores). For real use, point the committed gcs remote at
-# your bucket instead (README, "Remote").
+# your bucket instead (docs/remote.md).
 if ! dvc remote list --local | grep -q '^demo'; then
   dvc remote add --local --default demo "$PWD/.cache/dvc-remote"
 fi
@@ -37,7 +37,7 @@ python -m tools.summary
 echo "(every figure: dvc metrics show; the curves: dvc plots show, then open dvc_plots/index.html)"
 echo
 echo "demo: a real run is handed over with its record: python -m tools.remote push, then"
-echo "  git add dvc.lock params.yaml metrics dvclive eval && git commit && git push  (README, \"On a TPU VM\")"
+echo "  git add dvc.lock params.yaml metrics dvclive eval && git commit && git push  (docs/remote.md, \"Handing a run over\")"
 echo
 [ "$recipe" = small ] && echo "demo: base vs fine-tuned, side by side: eval/generations.md" && echo
 echo "demo: params.yaml now holds the $recipe recipe. Back to the committed one: python -m tools.recipe gemma3-4b-v6e-8"

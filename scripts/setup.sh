@@ -5,7 +5,7 @@
 #   scripts/setup.sh
 #
 # Idempotent and cheap when nothing changed: it re-installs only when the lock file did.
-# On a TPU VM use the TPU set instead (README, "On a TPU VM").
+# On a TPU VM use the TPU set instead (docs/tpu-vm.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

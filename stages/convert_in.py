@@ -5,13 +5,13 @@
 
 Runs MaxText's `maxtext.checkpoint_conversion.to_maxtext` on models/base-hf/ and writes
 models/base-maxtext/ (the parameters are at models/base-maxtext/0/items). MaxText takes the
-architecture from its hard-coded table; stages/lib/maxtext_main.py substitutes the
+architecture from its hard-coded table; stages/in_maxtext/main.py substitutes the
 checkpoint's own config.json and reads the file's tensor names, so what is converted is
 exactly the model that was downloaded.
 
 Then the conversion check: MaxText on the converted parameters must produce the next-token
 distributions transformers produces on models/base-hf/, on the export check's fixed prompts
-(stages/lib/export_check.py), within `convert_in.check`'s limits. If it fails, nothing is
+(stages/in_maxtext/logit_check.py), within `convert_in.check`'s limits. If it fails, nothing is
 written: a conversion that would train a different model than the one chosen never reaches
 the TPU hours. Writes
   models/base-maxtext/         the converted parameters
@@ -22,8 +22,9 @@ import json
 import os
 import sys
 
-from stages.lib import checkpoint, export_check, families, flags, hardware, maxtext, outputs, paths
-from stages.lib.cli import StageFailed, run
+from stages.lib import checkpoint, families, flags, gate, hardware, maxtext, outputs, paths
+from stages.lib.cli import run
+from stages.lib.errors import StageFailed
 from stages.lib.params import load
 
 OUT = paths.BASE_MAXTEXT
@@ -40,8 +41,8 @@ def check_conversion(params: dict, converted_dir: str) -> None:
             report = json.load(f)
     finally:
         outputs.remove(report_path)
-    failures = export_check.threshold_failures(report, params["convert_in"]["check"])
-    outputs.write_json(METRICS, export_check.metrics(report, not failures, "conversion"))
+    failures = gate.threshold_failures(report, params["convert_in"]["check"])
+    outputs.write_json(METRICS, gate.metrics(report, not failures, "conversion"))
     if failures:
         raise StageFailed(f"the conversion check failed ({'; '.join(failures)}): MaxText on the converted checkpoint "
                           f"computes differently from transformers on {paths.BASE_HF}, so training would start from a "

@@ -3,10 +3,10 @@
     python -m stages.convert_out
 
 Runs MaxText's `maxtext.checkpoint_conversion.to_huggingface` on models/sft-maxtext/, turns
-its output into a drop-in replacement for models/base-hf/ (stages/lib/export.py), then
+its output into a drop-in replacement for models/base-hf/ (stages/in_maxtext/assemble_export.py), then
 checks it: the export, loaded with `transformers`, must produce the same next-token
 distributions as MaxText computing the same weights, on fixed chat prompts
-(stages/lib/export_check.py); all three in one MaxText process (stages/lib/export_run.py).
+(stages/in_maxtext/logit_check.py); all three in one MaxText process (stages/in_maxtext/export_job.py).
 If the check fails, the stage fails and nothing is written, so a broken export is never
 cached or pushed. Writes
   models/sft-hf/              config.json, sharded safetensors, tokenizer, chat template
@@ -17,8 +17,9 @@ import json
 import os
 import sys
 
-from stages.lib import checkpoint, export_check, families, flags, hardware, maxtext, outputs, paths
-from stages.lib.cli import StageFailed, run
+from stages.lib import checkpoint, families, flags, gate, hardware, maxtext, outputs, paths
+from stages.lib.cli import run
+from stages.lib.errors import StageFailed
 from stages.lib.params import load
 
 OUT = paths.SFT_HF
@@ -27,7 +28,7 @@ METRICS = os.path.join("metrics", "export_check.json")
 
 def check_exports(params: dict, exports: dict[str, str]) -> list[tuple[dict, list[str]]]:
     """The export check of existing exports ({export directory: report path}), in one MaxText
-    process (convert_out checks its own in export_run).
+    process (convert_out checks its own in export_job).
 
     Returns, per export, the report and the list of failures (empty: passed).
     """
@@ -36,7 +37,7 @@ def check_exports(params: dict, exports: dict[str, str]) -> list[tuple[dict, lis
     for report_path in exports.values():
         with open(report_path) as f:
             report = json.load(f)
-        checked.append((report, export_check.failures(report, params["convert_out"]["check"])))
+        checked.append((report, gate.failures(report, params["convert_out"]["check"])))
     return checked
 
 
@@ -46,7 +47,7 @@ def failure_message(failures: list[str]) -> str:
     if any(f.startswith("config.json") for f in failures):
         cause = "the export's config.json is not the base's: MaxText's converter changed the architecture"
     elif any(f.startswith("LoRA merge") for f in failures):
-        cause = "the merged weights (stages/lib/merge_lora.py) do not compute what the adapter does"
+        cause = "the merged weights (stages/in_maxtext/merge_lora.py) do not compute what the adapter does"
     else:
         cause = ("the export's weights, rounded exactly as exported, compute differently in transformers than in "
                  "MaxText: a tensor mapped wrongly, or a config field the two libraries read differently")
@@ -69,7 +70,7 @@ def main() -> None:
     with outputs.staged_dir(OUT) as tmp:
         report_path = os.path.join(os.path.dirname(tmp), f".export_check-{os.getpid()}.json")
         try:
-            maxtext.run("convert_out", flags.export_run(params, tmp, report_path), params,
+            maxtext.run("convert_out", flags.export_job(params, tmp, report_path), params,
                         progress=maxtext.log_progress("convert_out", "converting weights:"), progress_every=5.0)
             with open(report_path) as f:
                 report = json.load(f)
@@ -78,9 +79,9 @@ def main() -> None:
         t, seconds = report.pop("tensors"), report.pop("seconds")
         print(f"convert_out: {flags.TO_HUGGINGFACE} done in {seconds['conversion']:.1f} s; assembled "
               f"{t['fine_tuned']} fine-tuned tensors and {t['from_base']} from the base", flush=True)
-        print(f"convert_out.check: stages.lib.export_check done in {seconds['check']:.1f} s", flush=True)
-        failures = export_check.failures(report, c["check"])
-        outputs.write_json(METRICS, export_check.metrics(report, passed=not failures))
+        print(f"convert_out.check: stages.in_maxtext.logit_check done in {seconds['check']:.1f} s", flush=True)
+        failures = gate.failures(report, c["check"])
+        outputs.write_json(METRICS, gate.metrics(report, passed=not failures))
         if failures:
             raise StageFailed(failure_message(failures))
     print(f"convert_out: export check passed (max KL {report['kl_max']:.2g}, top-1 agreement "

@@ -40,6 +40,18 @@ def source(d: dict, split: str):
     return f"{d['repo_id']} split {split}", read_hub(d, split)
 
 
+def splits(d: dict) -> list[tuple[str, str, int | None]]:
+    """(our name, the source's split, row limit) of the two splits the stage writes."""
+    return [("train", d["train_split"], d["max_train_rows"]), ("eval", d["eval_split"], d["max_eval_rows"])]
+
+
+def select(d: dict, split: str) -> tuple[str, object, chat.Selection]:
+    """(where, rows, selection) of one split: the one place `dataset.*` becomes a row check
+    (this stage and tools/validate.py both read data through it)."""
+    where, rows = source(d, split)
+    return where, rows, chat.Selection(where, d["column"], d["on_bad_row"], d["max_skipped_fraction"], d["format"])
+
+
 def write_split(selection: chat.Selection, rows, limit: int | None, out_path: str) -> None:
     with open(out_path, "w", encoding="utf-8") as f:
         for record in selection.rows(rows, limit):
@@ -55,9 +67,8 @@ def main() -> None:
     counts = {}
     with outputs.staged_dir(OUT) as tmp:
         skipped = []
-        for name, split, limit in (("train", d["train_split"], d["max_train_rows"]), ("eval", d["eval_split"], d["max_eval_rows"])):
-            where, rows = source(d, split)
-            selection = chat.Selection(where, d["column"], d["on_bad_row"], d["max_skipped_fraction"], d["format"])
+        for name, split, limit in splits(d):
+            where, rows, selection = select(d, split)
             write_split(selection, rows, limit, os.path.join(tmp, f"{name}.jsonl"))
             skipped += [{"split": name, **s} for s in selection.skipped]
             counts[name] = {"rows": selection.kept, "skipped": len(selection.skipped)}

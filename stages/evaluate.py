@@ -6,7 +6,7 @@ Held-out loss and perplexity of the base (models/base-maxtext) and the fine-tune
 (models/sft-maxtext) on data/chat/eval.jsonl, computed by MaxText with the tokenizer, chat
 template, completion-only masking and packing training used; then greedy generations for
 the recipe's `evaluate.prompts` from both HF checkpoints with `transformers`, side by side
-(both in one process: stages/lib/evaluation.py). Writes
+(both in one process: stages/in_maxtext/loss_and_answers.py). Writes
   metrics/eval.json      base / fine-tuned loss and perplexity (DVC metrics)
   eval/generations.md    the prompts and both models' answers
 """
@@ -24,12 +24,12 @@ GENERATIONS = os.path.join("eval", "generations.md")
 
 
 def evaluation(params: dict) -> dict:
-    """Held-out losses and generations, from one MaxText process (stages/lib/evaluation.py)."""
+    """Held-out losses and generations, from one MaxText process (stages/in_maxtext/loss_and_answers.py)."""
     with tempfile.TemporaryDirectory(prefix="evaluate-") as work:  # MaxText wants an output directory
         report, prompts = os.path.join(work, "evaluation.json"), os.path.join(work, "prompts.json")
         with open(prompts, "w") as f:
             json.dump(list(params["evaluate"]["prompts"]), f)
-        invocation = flags.evaluation(params, report, {"base": paths.BASE_MAXTEXT_PARAMS, "fine_tuned": paths.SFT_PARAMS},
+        invocation = flags.loss_and_answers(params, report, {"base": paths.BASE_MAXTEXT_PARAMS, "fine_tuned": paths.SFT_PARAMS},
                                       {"base": paths.BASE_HF, "fine_tuned": paths.SFT_HF}, prompts, work)
         maxtext.run("evaluate", invocation, params)
         with open(report) as f:

@@ -21,7 +21,8 @@ import re
 import tempfile
 
 from stages.lib import flags, hardware, maxtext, outputs
-from stages.lib.cli import StageFailed, UserError, run
+from stages.lib.cli import run
+from stages.lib.errors import StageFailed, UserError
 from stages.lib.params import load
 
 METRICS = os.path.join("metrics", "fit_check.json")

@@ -3,7 +3,7 @@
     python -m stages.token_lengths
 
 Writes data/lengths/train.npy and data/lengths/eval.npy (int32, one per row of
-data/chat/<split>.jsonl, before max_target_length cuts it; stages/lib/token_lengths.py says
+data/chat/<split>.jsonl, before max_target_length cuts it; stages/in_maxtext/count_tokens.py says
 how they are counted) and metrics/token_lengths.json (median, 90th percentile, longest).
 Computed once per dataset and tokenizer, on every core: the train stage reads them (how many
 conversations max_target_length cuts) instead of tokenizing 200k conversations each time it
@@ -35,7 +35,7 @@ def main() -> None:
     with outputs.staged_dir(paths.LENGTHS) as tmp:
         splits = {os.path.join(paths.DATA, f"{split}.jsonl"): os.path.join(tmp, f"{split}.npy") for split in SPLITS}
         # Tokenising only: on the CPU, leaving the accelerator (and its runtime settings) alone.
-        maxtext.run("token_lengths", flags.token_lengths(splits), flags.on_cpu(params))
+        maxtext.run("token_lengths", flags.count_tokens(splits), flags.on_cpu(params))
         report = {split: summary(np.load(os.path.join(tmp, f"{split}.npy"))) for split in SPLITS}
     outputs.write_json(METRICS, report)
     t = report["train"]

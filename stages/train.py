@@ -7,7 +7,7 @@ Runs `maxtext.trainers.post_train.sft.train_sft` from models/base-maxtext/ on
 data/chat/train.jsonl and writes
   models/sft-maxtext/   params/: the final full parameters (Orbax), input to convert_out;
                         lora/: with train.lora.enabled, the adapter, merged into params/
-                        by stages/lib/merge_lora.py
+                        by stages/in_maxtext/merge_lora.py
   dvclive/              DVCLive's record, written step by step while MaxText trains:
                         plots/metrics/train/*.tsv (loss, learning rate, grad norm, throughput
                         per step), plots/metrics/eval/*.tsv (held-out loss every
@@ -22,14 +22,29 @@ MaxText works in <runtime.scratch_dir>/train-<digest of what it trains> (stages/
 outside DVC's outputs, keeping the newest runtime.keep_checkpoints checkpoints. A run that
 was killed leaves it behind; the next `dvc repro` with the same inputs finds it and MaxText
 restores the newest complete checkpoint, with the data stream continued where those steps
-left it (stages/lib/stream.py, stages/lib/data_position.py).
+left it (stages/lib/stream.py, stages/in_maxtext/data_position.py).
+
+Reading it: main() below is the run in order; each step's module, in the order it is used:
+  stages/lib/params.py         params.yaml, validated, every key read noted (load)
+  stages/lib/workdir.py        MaxText's working directory, named by what it trains; the
+                               scratch layout; checkpoints found, pruned, fetched
+  stages/lib/hardware.py       the accelerator is here; the disk holds a run
+  stages/lib/train_data.py     the data stream MaxText reads (stages/lib/stream.py writes it),
+                               continued after a resume; a multi-host job's inputs on gs://
+  stages/lib/flags.py          params -> MaxText's command line (flags.train)
+  stages/lib/maxtext.py        one MaxText process: its log, progress lines, signals
+  stages/lib/launch.py         ... or a job of one process per host (launcher local, slice, xpk)
+  stages/in_maxtext/main.py    what that process runs: MaxText's entry point, unmodified
+  stages/lib/train_metrics.py  MaxText's per-step metrics -> DVCLive, live, and the summary
+  stages/in_maxtext/merge_lora.py  (LoRA) the adapter merged into full weights
 """
 
 import os
 import sys
 
 from stages.lib import checkpoint, families, flags, hardware, launch, maxtext, outputs, paths, train_data, train_metrics, workdir
-from stages.lib.cli import StageFailed, run
+from stages.lib.cli import run
+from stages.lib.errors import StageFailed
 from stages.lib.params import load
 
 PROFILE = os.path.join("logs", "profile")

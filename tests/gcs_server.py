@@ -78,7 +78,7 @@ class GcsServer:
 
     def remote_config(self, root: Path, bucket: str, prefix: str = "dvc", name: str = "gcs") -> None:
         """Points the workspace's DVC remote at this server (in .dvc/config.local, never committed)."""
-        from conftest import sh
+        from testkit.workspace import sh
 
         sh(["dvc", "remote", "modify", "--local", name, "url", f"gs://{bucket}/{prefix}"], root)
         sh(["dvc", "remote", "modify", "--local", name, "endpointurl", self.url], root)

@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from conftest import train_losses
+from testkit.workspace import train_losses
 
 GOLDEN_DIR = Path(__file__).parent / "data" / "golden"
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import DELETE, set_key, sh
+from testkit.workspace import DELETE, set_key, sh
 
 TRAIN = "assets/tiny-chat/train.jsonl"
 

@@ -1,16 +1,10 @@
 """The benchmark suite's plumbing: what it reads from a real run, and how it records a table.
 (The benchmarks themselves run with scripts/bench.sh, not here: tests never time things.)"""
 
-import sys
-from pathlib import Path
-
 import pytest
+from test_pipeline import ALL_STAGES
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import common  # noqa: E402
-import run  # noqa: E402
-
-from test_pipeline import ALL_STAGES  # noqa: E402
+from bench import common, run
 
 
 @pytest.mark.slow
@@ -18,9 +12,9 @@ def test_every_stage_reports_its_time_and_the_bench_reads_it(tiny_run):
     times = common.stage_seconds(tiny_run.output)
     assert ALL_STAGES <= times.keys(), times
     # MaxText's runs inside stages are timed on their own (bench/pipeline.py subtracts the two gates).
-    assert "convert_out.check:stages.lib.export_check" in times and "train:maxtext.trainers.post_train.sft.train_sft" in times
-    assert 0 < times["convert_in.check:stages.lib.export_check"] < times["convert_in"]
-    assert 0 < times["convert_out.check:stages.lib.export_check"] < times["convert_out"]
+    assert "convert_out.check:stages.in_maxtext.logit_check" in times and "train:maxtext.trainers.post_train.sft.train_sft" in times
+    assert 0 < times["convert_in.check:stages.in_maxtext.logit_check"] < times["convert_in"]
+    assert 0 < times["convert_out.check:stages.in_maxtext.logit_check"] < times["convert_out"]
     assert sum(times[s] for s in ALL_STAGES) < tiny_run.seconds
 
 

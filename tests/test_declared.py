@@ -10,6 +10,7 @@ import yaml
 
 from stages.lib.params import leaf_paths
 from stages.lib.workdir import IDENTIFIED_BY_INPUTS
+from stages.lib.dvc_yaml import declared as declared_by
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
@@ -23,7 +24,7 @@ HOW_TO_RUN = ("runtime", "hardware.kind")
 
 
 def declared(stage: str) -> list[str]:
-    return [k for entry in STAGES[stage].get("params", []) for k in ([entry] if isinstance(entry, str) else entry)]
+    return declared_by(stage, str(ROOT / "dvc.yaml"))[0]
 
 
 def covered(key: str, keys: list[str]) -> bool:

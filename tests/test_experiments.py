@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from conftest import EXPERIMENTS, apply, sh, sha256s, stages_run
+from testkit.workspace import EXPERIMENTS, apply, sh, sha256s, stages_run
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import pytest
 import safetensors.numpy
 import yaml
 
-from stages.lib import export
+from stages.in_maxtext import assemble_export
 from stages.lib.families import gemma3
 
 pytestmark = pytest.mark.slow
@@ -56,7 +56,7 @@ def test_export_loads_with_transformers_and_generates(tiny_run):
 
 def test_export_config_is_the_base_config(tiny_run):
     base, sft = tiny_run.path / "models" / "base-hf", tiny_run.path / "models" / "sft-hf"
-    assert export.config_differences(str(sft), str(base)) == []
+    assert assemble_export.config_differences(str(sft), str(base)) == []
     text = json.loads((sft / "config.json").read_text())["text_config"]
     assert text["hidden_activation"] == "gelu_pytorch_tanh"  # not the table's exact-erf "gelu"
     assert text["rope_theta"] == 1_000_000.0  # not the table's 10000
@@ -152,7 +152,7 @@ def test_a_conversion_the_gate_refuses_is_not_published(workspace, tiny_base):
     limit, models/base-maxtext is not written, and the figures are in its metrics file."""
     import sys
 
-    from conftest import set_param, sh
+    from testkit.workspace import set_param, sh
 
     root = workspace("conversion-refused")
     shutil.copytree(tiny_base, root / "models" / "base-hf")  # what base_model writes

@@ -15,6 +15,7 @@ import yaml
 from stages.lib import families
 from stages.lib.checkpoint import CheckpointError
 from stages.lib.families import gemma3, llama3, qwen3
+from tools.recipe import params_text
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parents[1]
@@ -99,7 +100,7 @@ def test_every_accepted_name_is_in_maxtexts_converter_tables_and_configs():
 
 def test_llama_export_rounding_is_what_maxtexts_query_hooks_and_the_export_do():
     """The export check's reference for a Llama query kernel: MaxText's own hooks (scale by
-    sqrt(head_dim), RoPE permutation) to HF, rounded to bf16 as stages/lib/export.py does,
+    sqrt(head_dim), RoPE permutation) to HF, rounded to bf16 as stages/in_maxtext/assemble_export.py does,
     and MaxText's hooks back. Equal, to float32's last bit, to export_rounding."""
     import ml_dtypes
     from maxtext.checkpoint_conversion.utils import param_mapping
@@ -156,7 +157,7 @@ def test_tiny_llama_has_llama_3s_real_vocabulary_and_one_bos(tiny_checkpoints):
     from maxtext.input_pipeline.tokenizer import TikTokenTokenizer
 
     from stages.lib.tiny import maxtext_asset
-    from stages.lib.token_lengths import load_tokenizer
+    from stages.in_maxtext.count_tokens import load_tokenizer
 
     path = tiny_checkpoints[llama3]
     reference = TikTokenTokenizer(maxtext_asset("assets", "tokenizers", "tokenizer_llama3.tiktoken"), False, False)
@@ -192,7 +193,7 @@ def test_each_familys_template_takes_what_the_row_checks_let_through(tiny_checkp
     (prompt/completion by the template) works for every family, the system text kept
     (Gemma folds it into the first user turn)."""
     from stages.lib import chat
-    from stages.lib.token_lengths import load_tokenizer, maxtext_length
+    from stages.in_maxtext.count_tokens import load_tokenizer, maxtext_length
 
     row = [{"role": "system", "content": "Answer in French."}, {"role": "user", "content": "Hello?"},
            {"role": "assistant", "content": "Bonjour."}, {"role": "user", "content": "Thanks"},
@@ -209,7 +210,7 @@ def test_the_family_recipes_are_their_families():
     expected = {"tiny-llama3": llama3, "tiny-qwen3": qwen3, "llama3.1-8b-v6e-8": llama3, "qwen3-8b-v6e-8": qwen3,
                 "tiny": gemma3, "small": gemma3, "gemma3-4b-v6e-8": gemma3}
     for recipe, family in expected.items():
-        p = yaml.safe_load((REPO / "recipes" / f"{recipe}.yaml").read_text())
+        p = yaml.safe_load(params_text(recipe))
         assert families.of(p["model"]["maxtext_name"]) is family, recipe
         if p["base_model"]["source"] == "hub":
             assert len(p["base_model"]["revision"]) == 40
@@ -228,7 +229,7 @@ FAMILY_RECIPES = sorted(p.stem for p in (REPO / "recipes").glob("tiny-*.yaml"))
 def test_tiny_family_runs_the_whole_pipeline(workspace, recipe):
     """convert in, train, convert out with the export gate, evaluate: a held-out loss that
     drops, an export transformers loads, the same files and tensor names as the base."""
-    from conftest import sh
+    from testkit.workspace import sh
 
     root = workspace(recipe, recipe=recipe)
     proc = sh(["dvc", "repro"], root, timeout=1500)
@@ -268,7 +269,7 @@ def test_a_text_only_gemma_3_with_untied_embeddings_is_refused(tmp_path):
 
 def test_a_text_only_gemma_3_reads_maxtexts_tables_in_its_own_tensor_names(tmp_path):
     """MaxText's Gemma 3 tables, given the text-only config as the family hands it to them
-    (stages/lib/maxtext_main.py), map every scanned layer, and renamed to the text layout
+    (stages/in_maxtext/main.py), map every scanned layer, and renamed to the text layout
     they name the file's tensors; no vision tensor is asked for."""
     from maxtext.checkpoint_conversion.utils import hf_shape, param_mapping
     from stages.lib.checkpoint import detect_layout, rename

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import clone_workspace, commit, env, set_param, sh, stages_run, train_losses
+from testkit.workspace import clone_workspace, commit, env, set_param, sh, stages_run, train_losses
 
 pytestmark = pytest.mark.slow
 
@@ -96,7 +96,7 @@ def live_steps(root: Path) -> list[int]:
 
 
 def flat_params(checkpoint: Path) -> dict:
-    from stages.lib.merge_lora import restore_numpy
+    from stages.in_maxtext.merge_lora import restore_numpy
 
     out = {}
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from conftest import DATA
+from testkit.workspace import DATA
 from stages import fit_check
 
 HBM = 32 * fit_check.GIB  # a v6e chip

@@ -6,9 +6,10 @@ import shutil
 from pathlib import Path
 
 
-from conftest import REPO
+from testkit.workspace import REPO
 from stages.lib import flags, maxtext
 from stages.lib.params import load
+from tools.recipe import params_text
 
 
 def kv(args: list[str]) -> dict[str, str]:
@@ -25,7 +26,7 @@ def test_every_invocation_reads_the_config_its_entry_point_documents(project_4b)
     ]:
         assert invocation.args[0].endswith(os.path.join("maxtext", config)), invocation.args[0]
         assert os.path.isfile(invocation.args[0])
-    for ours in (flags.export_check(p, {"export": "r.json"}), flags.evaluation(p, "r.json", {"base": "b"}, {}, "p.json", "/tmp/o"),
+    for ours in (flags.export_check(p, {"export": "r.json"}), flags.loss_and_answers(p, "r.json", {"base": "b"}, {}, "p.json", "/tmp/o"),
                  flags.data_position(p, "/tmp/w", "s.jsonl", 20, "r.json")):
         maxtext = ours.args[ours.args.index("--") + 1:]
         assert maxtext[0].endswith(os.path.join("maxtext", "configs", "post_train", "sft.yml")), ours.module
@@ -94,12 +95,12 @@ def test_runtime_settings_reach_maxtext_without_being_results(project_4b, monkey
     p["runtime"]["compile_cache_dir"] = "relative/cache"
     assert kv(flags.convert_in(p, "o").args)["jax_cache_dir"] == str(Path("relative/cache").resolve())
     # The one-pass readers never start a grain worker, whatever training uses.
-    for one_pass in (flags.evaluation(p, "r", {"base": "b"}, {}, "p.json", "/tmp/o"), flags.data_position(p, "/tmp/w", "s", 20, "r")):
+    for one_pass in (flags.loss_and_answers(p, "r", {"base": "b"}, {}, "p.json", "/tmp/o"), flags.data_position(p, "/tmp/w", "s", 20, "r")):
         assert kv(one_pass.args)["grain_worker_count"] == kv(one_pass.args)["grain_worker_count_eval"] == "0"
 
 
 def test_the_tiny_recipe_runs_on_the_cpu(tiny_base, tmp_path, monkeypatch):
-    shutil.copy(REPO / "recipes" / "tiny.yaml", tmp_path / "params.yaml")
+    (tmp_path / "params.yaml").write_text(params_text("tiny"))
     shutil.copytree(REPO / "assets", tmp_path / "assets")
     os.makedirs(tmp_path / "models")
     os.symlink(tiny_base, tmp_path / "models" / "base-hf")

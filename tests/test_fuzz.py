@@ -11,10 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stages.lib import chat, params
-from stages.lib.cli import UserError
+from stages.lib.errors import UserError
+from tools.recipe import params_text
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = (ROOT / "recipes" / "tiny.yaml").read_text()
+TINY = params_text("tiny")
 GOOD_ROWS = (ROOT / "assets" / "tiny-chat" / "train.jsonl").read_bytes().splitlines(keepends=True)[:20]
 FUZZ = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

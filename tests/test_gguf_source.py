@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import set_param, sh
+from testkit.workspace import set_param, sh
 from stages.lib import gguf_source
 from stages.lib.checkpoint import CheckpointError
 from stages.lib.families import gemma3, llama3

@@ -5,7 +5,7 @@ training fails here by name rather than somewhere downstream."""
 import pytest
 
 import golden
-from conftest import apply
+from testkit.workspace import apply
 
 pytestmark = pytest.mark.slow
 
@@ -15,7 +15,7 @@ def test_the_tiny_recipe_loss_is_the_golden_curve(tiny_run):
 
 
 def test_the_golden_curve_tells_a_changed_learning_rate(experiments):
-    """The no-lora-lr5e-3 experiment (tests/conftest.py's GRID) trains the same data, fully
+    """The no-lora-lr5e-3 experiment (testkit/workspace.py's GRID) trains the same data, fully
     fine-tuned as the recipe, at 5x its learning rate: from step 2 on it must fail the golden
     comparison."""
     root = experiments.root

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from conftest import sh
+from testkit.workspace import sh
 from hub_server import HubServer
 
 MODEL = "google/gemma-3-4b-it"

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO
+from testkit.workspace import REPO
 from stages.lib import flags, launch
 
 XPK_PYTHON = REPO / ".venv-xpk" / "bin" / "python"  # scripts/setup.sh
@@ -53,7 +53,7 @@ def test_every_worker_of_a_slice_runs_the_same_line_over_gcloud_ssh(slice_16):
     assert "HF_HUB_OFFLINE=1" in argv and not [a for a in argv if a.startswith("TPU_")]
     assert [w.log_path for w in workers] == [f"logs/train.worker-{i}.log" for i in range(4)]
     stop = launch.stop_slice(p)
-    assert stop[5:7] == ["sft-slice", "--worker=all"] and "pkill -f stages.lib.maxtext_main" in " ".join(stop)
+    assert stop[5:7] == ["sft-slice", "--worker=all"] and "pkill -f stages.in_maxtext.main" in " ".join(stop)
 
 
 def test_cpu_processes_are_told_their_place_as_xpk_tells_cpu_workloads(project_4b):

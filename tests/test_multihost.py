@@ -12,7 +12,7 @@ import numpy as np
 import psutil
 import pytest
 
-from conftest import clone_workspace, commit, set_param, sh, stages_run
+from testkit.workspace import clone_workspace, commit, set_param, sh, stages_run
 from gcs_server import GcsServer, running
 from test_faults import Repro, flat_params, wait_for_session_to_end
 from test_spot import gcs_env
@@ -46,7 +46,7 @@ def worker_process(index: int) -> psutil.Process | None:
     """MaxText's process for worker `index` of the running job (its JOB_COMPLETION_INDEX)."""
     for proc in psutil.process_iter(["cmdline"]):
         try:
-            if "stages.lib.maxtext_main" in " ".join(proc.info["cmdline"] or []) and \
+            if "stages.in_maxtext.main" in " ".join(proc.info["cmdline"] or []) and \
                     proc.environ().get("JOB_COMPLETION_INDEX") == str(index):
                 return proc
         except psutil.Error:

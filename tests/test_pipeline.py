@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import sh, stages_run
+from testkit.workspace import sh, stages_run
 
 ALL_STAGES = {"base_model", "dataset", "token_lengths", "convert_in", "fit_check", "train", "convert_out", "evaluate"}
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import sh
+from testkit.workspace import sh
 
 BROWSER_DIR = Path(__file__).parent / "browser"
 pytestmark = pytest.mark.slow

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import set_param, sh
+from testkit.workspace import set_param, sh
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,8 @@ import sys
 import pytest
 import yaml
 
-from conftest import CANARY_TOKEN, ProcessWatch, sha256s, sh
+from testkit.process_watch import CANARY_TOKEN, ProcessWatch
+from testkit.workspace import sha256s, sh
 from hub_server import HubServer
 
 pytestmark = pytest.mark.slow

@@ -16,12 +16,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import REPO, set_param, sh, stages_run
+from testkit.workspace import REPO, set_param, sh, stages_run
 from gcs_server import CLIENT_ENV, GcsServer, running
 
 pytestmark = pytest.mark.slow
 BUCKET = "dvc-tests"
-# `git commit` in the README's blocks needs an identity; a user has one.
+# `git commit` in docs/remote.md's blocks needs an identity; a user has one.
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "tests", "GIT_AUTHOR_EMAIL": "tests@example.invalid",
                 "GIT_COMMITTER_NAME": "tests", "GIT_COMMITTER_EMAIL": "tests@example.invalid"}
 OUTPUTS = ["models/base-hf", "data/chat", "models/base-maxtext", "models/sft-maxtext", "models/sft-hf"]
@@ -55,11 +55,11 @@ def clone(source: Path, dest: Path, gcs: GcsServer, prefix: str, share_cache_of:
 
 
 def readme_block(title: str, gcs: GcsServer, prefix: str, origin: Path) -> str:
-    """The README's commands under `<!-- hand-off: title -->`, as a bash script: run as written
+    """docs/remote.md's commands under `<!-- hand-off: title -->`, as a bash script: run as written
     but for the placeholders (the bucket, the repository), the set-up lines (this test's venv
     is on PATH already), and what only the emulator needs (its endpoint, anonymous access),
     which a real bucket has no use for."""
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "remote.md").read_text()
     block = text.split(f"<!-- hand-off: {title} -->\n```bash\n", 1)[1].split("```", 1)[0]
     bucket_url = f"gs://{BUCKET}/{prefix}"
     emulator = f"endpointurl={gcs.url} allow_anonymous_login=true"
@@ -93,7 +93,7 @@ def origin(tiny_run, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def producer(tiny_run, gcs, origin, tmp_path_factory) -> Path:
-    """The machine that ran the pipeline, following the README: a clone in which `dvc repro`
+    """The machine that ran the pipeline, following docs/remote.md: a clone in which `dvc repro`
     has run, then the hand-off (push to the bucket, commit, git push) and a registered
     version. The run is tiny_run's, not a second one: its dvc.lock and uncached results are
     put in place and its DVC cache shared. (Restoring from DVC's run-cache instead is not
@@ -108,10 +108,10 @@ def producer(tiny_run, gcs, origin, tmp_path_factory) -> Path:
         (root / result).parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if (tiny_run.path / result).is_dir() else shutil.copy)(tiny_run.path / result, root / result)
     dvc(["checkout", "-q"], root)
-    gcs.remote_config(root, BUCKET, "dvc")  # the README's `dvc remote modify --local gcs url ...`, for the emulator
+    gcs.remote_config(root, BUCKET, "dvc")  # docs/remote.md's `dvc remote modify --local gcs url ...`, for the emulator
     assert stages_run(dvc(["repro"], root).stdout) == []  # the run is complete: nothing to do
     run_readme_block("the machine that ran the pipeline", root, gcs, "dvc", origin)
-    # Everything the run changed was in the README's `git add`: nothing is left behind.
+    # Everything the run changed was in docs/remote.md's `git add`: nothing is left behind.
     assert sh(["git", "status", "--porcelain"], root).stdout == ""
     run_readme_block("register a version", root, gcs, "dvc", origin)
     return root
@@ -148,7 +148,7 @@ def test_a_serving_host_gets_a_version_without_a_clone(producer, origin, gcs, tm
 
 @pytest.fixture(scope="module")
 def small_shards(producer) -> SimpleNamespace:
-    """An experiment made on the producer and shared as the README says (`dvc exp push`):
+    """An experiment made on the producer and shared as docs/remote.md says (`dvc exp push`):
     1 MB shards. Also the suite's convert_out.* change: what it re-ran, and the export's
     shard count before and after."""
     before = len(list((producer / "models" / "sft-hf").glob("*.safetensors")))
@@ -187,7 +187,7 @@ def test_fresh_clone_never_retrains_what_was_trained_elsewhere(producer, small_s
 
 
 def start_push(root: Path, module: bool) -> subprocess.Popen:
-    from conftest import env
+    from testkit.workspace import env
 
     cmd = [sys.executable, "-m", "tools.remote", "push"] if module else ["dvc", "push"]
     return subprocess.Popen(cmd, cwd=root, env=env(**CLIENT_ENV), stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from conftest import sh
+from testkit.workspace import sh
 from stages.lib import families
 from stages.lib.families import gemma3
 

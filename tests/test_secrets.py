@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import CANARY_TOKEN
+from testkit.process_watch import CANARY_TOKEN
 
 pytestmark = pytest.mark.slow
 
@@ -11,7 +11,7 @@ def test_canary_token_is_in_no_process_argv_or_maxtext_environment(tiny_run):
     commands = tiny_run.watch.seen_commands
     for stage in ("base_model", "dataset", "convert_in", "train", "convert_out"):
         assert any(f"stages.{stage}" in c for c in commands), f"the watch never saw stage {stage} run"
-    assert any("stages.lib.maxtext_main" in c for c in commands)
+    assert any("stages.in_maxtext.main" in c for c in commands)
     assert tiny_run.watch.leaks == []
 
 

@@ -11,7 +11,7 @@ import json
 import pytest
 
 import golden
-from conftest import clone_workspace, set_param, sh, stages_run
+from testkit.workspace import clone_workspace, set_param, sh, stages_run
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """A spot VM's training continues on another VM: the working directory on gs:// (through
 fake-gcs-server, real MaxText writing its checkpoints there), named by content only, so a
 fresh clone in another directory that pulls the same inputs resumes it, and ends
-bit-identical to a run never interrupted (README: "Spot and preemptible VMs")."""
+bit-identical to a run never interrupted (docs/resume.md: "Spot and preemptible VMs")."""
 
 import os
 import re
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import clone_workspace, commit, env, set_param, sh, stages_run, train_losses
+from testkit.workspace import clone_workspace, commit, env, set_param, sh, stages_run, train_losses
 from gcs_server import CLIENT_ENV, GcsServer, running
 from test_faults import flat_params, wait_for_session_to_end
 
@@ -110,7 +110,7 @@ def test_a_run_killed_on_one_vm_resumes_on_another_and_ends_bit_identical(tiny_r
     assert resumed_at >= 20, out[-3000:]
     # VM 2 reads from the bucket what VM 1 compiled. (Not its train step: from restored arrays
     # MaxText's train step is another program than from fresh ones: compiled once more on a
-    # resume, and cached in turn. README, "Speed".)
+    # resume, and cached in turn. docs/tpu-vm.md, "Speed".)
     train_log = (second / "logs" / "train.log").read_text(errors="replace")
     hits = set(re.findall(r"Persistent compilation cache hit for '([^']+)'", train_log))
     assert "jit_create_sharded_state" in hits, f"VM 2 read nothing VM 1 compiled: {hits}"

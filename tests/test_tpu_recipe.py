@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import REPO, sh, with_real_4b_config
+from testkit.workspace import REPO, sh, with_real_4b_config
 
 
 def test_dvc_repro_on_a_cpu_machine_stops_before_fetching_anything(workspace):

@@ -6,18 +6,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stages.lib import workdir
+from stages.lib import dvc_yaml, workdir
+from tools.recipe import params_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def params() -> dict:
-    return yaml.safe_load((ROOT / "recipes" / "tiny.yaml").read_text())
+    return yaml.safe_load(params_text("tiny"))
 
 
 def test_the_train_stage_declares_what_the_digest_covers():
-    keys, deps = workdir.declared("train", str(ROOT / "dvc.yaml"))
+    keys, deps = dvc_yaml.declared("train", str(ROOT / "dvc.yaml"))
     assert {"model", "train", "hardware"} <= set(keys) and not any(k.startswith("runtime") for k in keys)
     data = workdir.data_dependencies(deps)
     assert {"models/base-hf", "models/base-maxtext", "data/chat"} <= set(data)
@@ -25,7 +26,7 @@ def test_the_train_stage_declares_what_the_digest_covers():
 
 
 def test_the_digest_changes_with_what_is_trained_and_nothing_else(params):
-    keys, _ = workdir.declared("train", str(ROOT / "dvc.yaml"))
+    keys, _ = dvc_yaml.declared("train", str(ROOT / "dvc.yaml"))
     inputs = {"data/chat": "a.dir", "models/base-maxtext": "b.dir"}
     trainer = {"maxtext": "0.2.5", "google-tunix": "0.1.7"}
 
@@ -73,7 +74,7 @@ def test_only_renamed_checkpoints_count_locally_and_pruning_keeps_the_newest(tmp
 
 
 def test_a_second_trainer_on_the_same_directory_is_refused(tmp_path, monkeypatch):
-    from stages.lib.cli import StageFailed
+    from stages.lib.errors import StageFailed
 
     monkeypatch.chdir(tmp_path)
     first = workdir.Workdir(".scratch", "train-0123")

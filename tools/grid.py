@@ -17,7 +17,8 @@ import sys
 from dvc.utils.hydra import to_hydra_overrides
 from hydra.errors import OverrideParseException
 
-from stages.lib.cli import UserError, run
+from stages.lib.cli import run
+from stages.lib.errors import UserError
 from stages.lib.params import load, validate
 
 # Short names for the params people sweep; anything else uses its last key.

@@ -22,8 +22,9 @@ import subprocess
 
 import yaml
 
-from stages.lib import checkpoint, families, gguf_source, paths
-from stages.lib.cli import StageFailed, UserError, run
+from stages.lib import checkpoint, families, gguf_source, outputs, paths
+from stages.lib.cli import run
+from stages.lib.errors import StageFailed, UserError
 from stages.lib.params import load
 
 CARD = "README.md"
@@ -31,16 +32,8 @@ EXPORT_CHECK = os.path.join("metrics", "export_check.json")
 SHAPING = ("base_model", "dataset", "model", "convert_in", "train", "convert_out")  # params sections that shape the weights
 
 
-def read_json(path: str) -> dict | None:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
 def check_export() -> dict:
-    report = read_json(EXPORT_CHECK)
+    report = outputs.read_json(EXPORT_CHECK)
     if not os.path.isfile(os.path.join(paths.SFT_HF, "config.json")) or report is None:
         raise UserError(f"{paths.SFT_HF}: no checked export here; run `dvc repro` (or `dvc pull models/sft-hf` and "
                         f"{EXPORT_CHECK}) first")
@@ -91,9 +84,9 @@ def provenance() -> dict:
 
 def model_card(params: dict, check: dict, repo_id: str) -> str:
     b, d = params["base_model"], params["dataset"]
-    counts = read_json(os.path.join("metrics", "dataset.json")) or {}
+    counts = outputs.read_json(os.path.join("metrics", "dataset.json")) or {}
     train, held_out = counts.get("train", {}), counts.get("eval", {})
-    evaluation = (read_json(os.path.join("metrics", "eval.json")) or {}).get("eval", {})
+    evaluation = (outputs.read_json(os.path.join("metrics", "eval.json")) or {}).get("eval", {})
     origin = provenance()
     family = families.of(params["model"]["maxtext_name"])
     if b["source"] == "hub":

@@ -13,7 +13,7 @@ A failed transfer ends with a line naming the remote and what to run next, at th
 minute after the remote stopped answering (re-running is always safe: DVC sends or fetches
 only what is missing, and a killed push leaves no partial object in the bucket). `push` includes `--run-cache` (DVC 3 sends its entries but not
 the uncached metrics files they restore, so other machines still re-run stages with metrics;
-README, "Getting the model out").
+docs/remote.md, "Getting the model out").
 """
 
 import logging
@@ -24,7 +24,8 @@ import threading
 import time
 from urllib.parse import urlsplit
 
-from stages.lib.cli import StageFailed, UserError, run
+from stages.lib.cli import run
+from stages.lib.errors import StageFailed, UserError
 
 LOG = os.path.join("logs", "remote.log")
 # How long the remote's endpoint may refuse connections before the transfer is given up.

@@ -3,7 +3,7 @@
     python -m tools.schema            # rewrite params.schema.json
     python -m tools.schema --check    # exit 1 if the committed file is out of date
 
-Editors with a YAML language server complete and check params.yaml (and recipes/*.yaml)
+Editors with a YAML language server complete and check params.yaml
 against it: VS Code's YAML extension through .vscode/settings.json; elsewhere, point
 yaml-language-server's `yaml.schemas` at params.schema.json.
 """
@@ -12,7 +12,8 @@ import json
 import sys
 
 from stages.lib import outputs
-from stages.lib.cli import UserError, run
+from stages.lib.cli import run
+from stages.lib.errors import UserError
 from stages.lib.params import json_schema
 
 SCHEMA_FILE = "params.schema.json"

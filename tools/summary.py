@@ -8,23 +8,15 @@ times `dvc repro` logged (logs/stage_times.json); runs nothing. A stage that has
 is left out. `dvc metrics show` has every figure; `dvc plots show` draws the curves.
 """
 
-import json
 import os
 import sys
 
+from stages.lib import outputs
 from stages.lib.cli import STAGE_TIMES
+from stages.lib.dvc_yaml import stage_names
 from stages.lib.params import load
 
-ORDER = ("base_model", "dataset", "token_lengths", "convert_in", "fit_check", "train", "convert_out", "evaluate")
-
-
-def read(path: str) -> dict:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
-
+DVC_YAML = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dvc.yaml")  # the stages' order
 
 def duration(seconds: float) -> str:
     """42 s, 1:35 (m:ss), 1:02:05 (h:mm:ss)."""
@@ -72,7 +64,8 @@ def lines(found: dict[str, dict], limits: dict | None) -> list[str]:
         out.append(gate_line("export", export, limits and limits["convert_out"]))
     times = found.get(STAGE_TIMES, {})
     if times:
-        ran = [s for s in ORDER if s in times] + sorted(set(times) - set(ORDER))
+        order = stage_names(DVC_YAML)
+        ran = [s for s in order if s in times] + sorted(set(times) - set(order))
         out.append("time        " + ", ".join(f"{s} {duration(times[s])}" for s in ran)
                    + f"; {duration(sum(times[s] for s in ran))} in all (each stage's last run)")
     return out
@@ -81,7 +74,7 @@ def lines(found: dict[str, dict], limits: dict | None) -> list[str]:
 def main() -> None:
     paths = ["metrics/dataset.json", "metrics/token_lengths.json", "metrics/convert_check.json", "dvclive/metrics.json",
              "metrics/eval.json", "metrics/export_check.json", STAGE_TIMES]
-    found = {p: read(p) for p in paths}
+    found = {p: outputs.read_json(p, {}) for p in paths}
     limits = load() if os.path.exists("params.yaml") else None
     summary = lines(found, limits)
     if not summary:

@@ -10,7 +10,7 @@ the base checkpoint is one MaxText can represent. Exit 0 when all is well.
 import os
 
 from stages import dataset
-from stages.lib import chat, families, paths
+from stages.lib import families, paths
 from stages.lib.cli import run
 from stages.lib.params import load
 
@@ -22,10 +22,9 @@ def main() -> None:
     print("params.yaml: ok")
     d = params["dataset"]
     if d["source"] == "local":
-        for split in (d["train_split"], d["eval_split"]):
-            where, rows = dataset.source(d, split)
-            selection = chat.Selection(where, d["column"], d["on_bad_row"], d["max_skipped_fraction"])
-            for _ in selection.rows(rows):
+        for _, split, limit in dataset.splits(d):
+            where, rows, selection = dataset.select(d, split)
+            for _ in selection.rows(rows, limit):
                 pass
             bad = f", {len(selection.skipped)} bad rows the dataset stage will skip" if selection.skipped else ""
             print(f"{where}: {selection.kept} conversations ok{bad}")

@@ -19,7 +19,7 @@ recorded (`dataset.on_bad_row`), up to `dataset.max_skipped_fraction` of a split
 import json
 from dataclasses import dataclass, field
 
-from stages.lib.cli import UserError
+from stages.lib.errors import UserError
 
 ROLES = ("system", "user", "assistant")
 FORMATS = ("messages", "sharegpt", "prompt_completion")

@@ -9,7 +9,7 @@ import math
 import os
 from types import SimpleNamespace
 
-from stages.lib.cli import UserError
+from stages.lib.errors import UserError
 
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
 CONFIG_CACHE = os.path.join(".cache", "checkpoint-configs")

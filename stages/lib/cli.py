@@ -12,17 +12,7 @@ import signal
 import sys
 import time
 
-
-class UserError(Exception):
-    """Something the user can fix; printed as one line, without a traceback."""
-
-
-class StageFailed(Exception):
-    """The work itself failed (MaxText crashed, the export check rejected the export)."""
-
-
-class Interrupted(Exception):
-    """The work was stopped by a signal (Ctrl-C, kill, a preempted VM's shutdown)."""
+from stages.lib.errors import Interrupted, StageFailed, UserError
 
 
 PR_SET_PDEATHSIG = 1

@@ -3,9 +3,11 @@
 Each function returns the `Invocation` of one MaxText entry point (or one of our own child
 modules that drive MaxText's code): the module, its arguments with the MaxText config file
 first (so every run, a `--dry-run` included, reads the config the entry point documents),
-and what stages/lib/maxtext_main.py must do before running it. The stages only choose
-paths; every param that reaches MaxText passes through here, and so does every decision
-derived from params (LoRA or not, CPU or TPU, which checkpoint is the reference).
+and what stages/in_maxtext/main.py must do before running it. The stages only choose
+paths; every param that reaches MaxText's command line passes through here, and so does every
+decision about it derived from params (LoRA or not, which checkpoint is the reference). Where
+the work runs (CPU or TPU, how many hosts) is hardware.py's to say; MaxText's environment
+is maxtext.py's (job_env), a multi-host job's launch is launch.py's.
 
     python -m stages.train --dry-run      # prints one of these, validated by MaxText
 """
@@ -24,14 +26,15 @@ TRAIN_COMPILE = "maxtext.trainers.pre_train.train_compile"
 # run SFT's input pipeline or load what SFT trained.
 CONFIG_FILES = {TO_MAXTEXT: "base.yml", TO_HUGGINGFACE: "base.yml", TRAIN_COMPILE: "base.yml", TRAIN_SFT: "post_train/sft.yml"}
 SFT_RUN_NAME = "sft"
-CHECK_SEPARATOR = "--check--"  # export_run's arguments: to_huggingface's, then the export check's
+CHECK_SEPARATOR = "--check--"  # export_job's arguments: to_huggingface's, then the export check's
 
 
 @dataclass(frozen=True)
 class Invocation:
-    module: str  # run as `python -m stages.lib.maxtext_main <module> ... -- <args>`
+    module: str  # run as `python -m stages.in_maxtext.main <module> ... -- <args>`
     args: list[str]
     hf_config: str | None = None  # checkpoint whose config.json replaces MaxText's table entry
+    model_name: str | None = None  # ... for this model_name (given with hf_config or hf_layout)
     hf_layout: str | None = None  # tensor-name layout of the HF checkpoint read
     env: dict[str, str] = field(default_factory=dict)  # on top of maxtext.child_env
     fetch: dict[str, str] = field(default_factory=dict)  # {gs:// dir: local dir} copied first, on each worker
@@ -50,7 +53,7 @@ class Staged:
 def config_file(module: str, portable: bool = False) -> str:
     """Path of MaxText's config file for an entry point (found without importing MaxText);
     `portable`: as `maxtext:<path in the package>`, which the worker that runs it resolves
-    in its own install (stages/lib/maxtext_main.py)."""
+    in its own install (stages/in_maxtext/main.py)."""
     name = os.path.join("configs", CONFIG_FILES.get(module, CONFIG_FILES[TRAIN_SFT]))
     if portable:
         return f"maxtext:{name}"
@@ -77,7 +80,7 @@ def common(params: dict, processes: int = 1) -> list[str]:
     args = families.maxtext_model_args(paths.BASE_HF, params["model"]["maxtext_name"])
     args += [f"scan_layers={_bool(params['model']['scan_layers'])}",
              f"jax_cache_dir={_abs(params['runtime']['compile_cache_dir'])}"]
-    if params["hardware"]["kind"] == "cpu":
+    if hardware.on_cpu(params):
         args += ["hardware=cpu"]
         if processes == 1:  # a job of several CPU processes joins JAX's distributed runtime
             args += ["skip_jax_distributed_system=true"]
@@ -143,17 +146,19 @@ def convert_in(params: dict, out_dir: str) -> Invocation:
         f"--hf_model_path={paths.BASE_HF}",
         "--lazy_load_tensors=true",  # one tensor at a time: RAM stays ~1 GB + the largest tensor
         f"--save_dtype={params['convert_in']['save_dtype']}",
-    ], hf_config=paths.BASE_HF, hf_layout=families.detect_layout(paths.BASE_HF, params["model"]["maxtext_name"]))
+    ], hf_config=paths.BASE_HF, hf_layout=families.detect_layout(paths.BASE_HF, params["model"]["maxtext_name"]),
+       model_name=params["model"]["maxtext_name"])
 
 
 def conversion_check(params: dict, converted_dir: str, report: str, others: dict[str, str] | None = None) -> Invocation:
-    """The conversion check (stages/lib/export_check.py --conversion): MaxText on the converted
+    """The conversion check (stages/in_maxtext/logit_check.py --conversion): MaxText on the converted
     parameters in converted_dir against transformers on the base checkpoint (and on `others`,
     {HF checkpoint: report}, the calibration's faulty copies)."""
     c = params["convert_in"]["check"]
     pairs = [a for other, other_report in (others or {}).items() for a in ("--export", other, "--report", other_report)]
-    return Invocation("stages.lib.export_check", [
-        "--conversion", "--report", report, "--base", paths.BASE_HF, *pairs, "--tie-margin", str(c["tie_margin"]), "--",
+    return Invocation("stages.in_maxtext.logit_check", [
+        "--conversion", "--report", report, "--base", paths.BASE_HF, *pairs, "--tie-margin", str(c["tie_margin"]),
+        "--model-name", params["model"]["maxtext_name"], "--",
         config_file(TRAIN_SFT), *common(params), f"load_parameters_path={_abs(paths.converted_params(converted_dir))}"])
 
 
@@ -205,27 +210,27 @@ def profiler(params: dict) -> list[str]:
 
 def data_position(params: dict, output_dir: str, train_file: str, steps: int, report: str,
                   streams: list[str] | None = None) -> Invocation:
-    """The resume replay (stages/lib/data_position.py): training's input pipeline, on CPU with
+    """The resume replay (stages/in_maxtext/data_position.py): training's input pipeline, on CPU with
     as many simulated devices as one host of the recipe's accelerator has, so batches are the
     same; `streams`: each host's stream of a multi-host job, replayed one by one."""
     cpu = on_cpu(params)
     each = ["--streams", *streams] if streams else []
-    return Invocation("stages.lib.data_position", ["--steps", str(steps), "--report", report, *each, "--",
+    return Invocation("stages.in_maxtext.data_position", ["--steps", str(steps), "--report", report, *each, "--",
                       config_file(TRAIN_SFT), *common(cpu), *data(cpu, train_file, workers=0), *_training(cpu),
                       f"base_output_directory={output_dir}"],
                       env={"XLA_FLAGS": f"--xla_force_host_platform_device_count={hardware.devices_per_host(params)}"})
 
 
-def token_lengths(splits: dict[str, str]) -> Invocation:
-    """Tokens per conversation of each {jsonl: npy} (stages/lib/token_lengths.py), with the
+def count_tokens(splits: dict[str, str]) -> Invocation:
+    """Tokens per conversation of each {jsonl: npy} (stages/in_maxtext/count_tokens.py), with the
     tokenizer training uses."""
     pairs = [a for jsonl, npy in splits.items() for a in ("--split", _abs(jsonl), _abs(npy))]
-    return Invocation("stages.lib.token_lengths", ["--tokenizer", _abs(paths.BASE_HF), *pairs])
+    return Invocation("stages.in_maxtext.count_tokens", ["--tokenizer", _abs(paths.BASE_HF), *pairs])
 
 
 def merge_lora(params: dict, adapter: str, out: str) -> Invocation:
     lo = params["train"]["lora"]
-    return Invocation("stages.lib.merge_lora", ["--base", _abs(paths.BASE_MAXTEXT_PARAMS), "--adapter", _abs(adapter),
+    return Invocation("stages.in_maxtext.merge_lora", ["--base", _abs(paths.BASE_MAXTEXT_PARAMS), "--adapter", _abs(adapter),
                                                 "--scale", str(lo["alpha"] / lo["rank"]), "--out", _abs(out)])
 
 
@@ -241,14 +246,15 @@ def _to_huggingface(params: dict) -> list[str]:
 
 
 def convert_out(params: dict, out_dir: str) -> Invocation:
-    """MaxText's own to_huggingface, as by hand (the stage runs it inside export_run)."""
+    """MaxText's own to_huggingface, as by hand (the stage runs it inside export_job)."""
     return Invocation(TO_HUGGINGFACE, [*_to_huggingface(params), f"base_output_directory={_abs(out_dir)}"],
-                      hf_config=paths.BASE_HF)
+                      hf_config=paths.BASE_HF, model_name=params["model"]["maxtext_name"])
 
 
 def _check_options(params: dict) -> list[str]:
     c = params["convert_out"]
-    ours = ["--base", paths.BASE_HF, "--tie-margin", str(c["check"]["tie_margin"]), "--dtype", c["dtype"]]
+    ours = ["--base", paths.BASE_HF, "--tie-margin", str(c["check"]["tie_margin"]), "--dtype", c["dtype"],
+            "--model-name", params["model"]["maxtext_name"]]
     if lora_enabled(params):
         ours += ["--lora-base", _abs(paths.BASE_MAXTEXT_PARAMS), "--lora-adapter", _abs(paths.SFT_LORA)]
     return ours
@@ -260,33 +266,34 @@ def _check_reference(params: dict) -> list[str]:
 
 
 def export_check(params: dict, exports: dict[str, str]) -> Invocation:
-    """The export check (stages/lib/export_check.py) of existing exports ({export directory:
+    """The export check (stages/in_maxtext/logit_check.py) of existing exports ({export directory:
     report path}): against MaxText running the trained parameters rounded as the export rounds
     them; for a LoRA run also the merged parameters against the base with its adapter applied
     by MaxText, unmerged."""
     pairs = [a for export_dir, report in exports.items() for a in ("--export", export_dir, "--report", report)]
-    return Invocation("stages.lib.export_check", [*pairs, *_check_options(params), "--", *_check_reference(params)])
+    return Invocation("stages.in_maxtext.logit_check", [*pairs, *_check_options(params), "--", *_check_reference(params)])
 
 
-def export_run(params: dict, out_dir: str, report: str) -> Invocation:
-    """convert_out's work in one process (stages/lib/export_run.py): to_huggingface, the
+def export_job(params: dict, out_dir: str, report: str) -> Invocation:
+    """convert_out's work in one process (stages/in_maxtext/export_job.py): to_huggingface, the
     assembly into out_dir, the export check."""
     c = params["convert_out"]
     ours = ["--out", _abs(out_dir), "--shard-bytes", str(c["shard_size_mb"] * 1024 * 1024), "--report", report,
             *_check_options(params)]
-    return Invocation("stages.lib.export_run", [*ours, "--", *_to_huggingface(params), CHECK_SEPARATOR,
-                                                *_check_reference(params)], hf_config=paths.BASE_HF)
+    return Invocation("stages.in_maxtext.export_job", [*ours, "--", *_to_huggingface(params), CHECK_SEPARATOR,
+                                                *_check_reference(params)], hf_config=paths.BASE_HF,
+                      model_name=params["model"]["maxtext_name"])
 
 
-def evaluation(params: dict, report: str, checkpoints: dict[str, str], answers: dict[str, str], prompts: str,
+def loss_and_answers(params: dict, report: str, checkpoints: dict[str, str], answers: dict[str, str], prompts: str,
                output_dir: str) -> Invocation:
-    """The evaluate stage's child (stages/lib/evaluation.py): held-out loss of each MaxText
+    """The evaluate stage's child (stages/in_maxtext/loss_and_answers.py): held-out loss of each MaxText
     checkpoint, through training's data flags, and greedy answers of each HF checkpoint."""
     ours = ["--report", report]
     ours += [a for name, path in checkpoints.items() for a in ("--checkpoint", f"{name}={_abs(path)}")]
     ours += [a for name, path in answers.items() for a in ("--generate", f"{name}={_abs(path)}")]
     ours += ["--prompts", prompts, "--max-new-tokens", str(params["evaluate"]["max_new_tokens"])]
-    return Invocation("stages.lib.evaluation", [*ours, "--", config_file(TRAIN_SFT), *common(params), *data(params, workers=0),
+    return Invocation("stages.in_maxtext.loss_and_answers", [*ours, "--", config_file(TRAIN_SFT), *common(params), *data(params, workers=0),
                       f"base_output_directory={_abs(output_dir)}", "run_name=evaluate", "per_device_batch_size=1"])
 
 

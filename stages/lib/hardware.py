@@ -12,7 +12,7 @@ import os
 import shutil
 from dataclasses import dataclass
 
-from stages.lib.cli import UserError
+from stages.lib.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,13 @@ TPU_ENV_KEYS = ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID", "TPU_NAME", "TPU_SKIP_M
 TINY_HINT = "to run the pipeline on this machine's CPU use the tiny recipe: python -m tools.recipe tiny && dvc repro"
 
 
+def on_cpu(params: dict) -> bool:
+    """Whether the recipe runs on this machine's CPU (hardware.kind cpu) rather than a TPU: the
+    one test of it, for the flags (hardware=cpu), MaxText's environment (JAX_PLATFORMS) and the
+    launcher (processes of a CPU job)."""
+    return params["hardware"]["kind"] == "cpu"
+
+
 def devices_per_host(params: dict) -> int:
     """Accelerator devices each host (each process of the job) drives: a TPU host's chips, or
     the one CPU device of each process of a CPU run."""
@@ -65,7 +72,7 @@ def tpu_chips_present() -> int:
 def check_present(params: dict) -> None:
     """Fails at once when the recipe's accelerator is not on this machine."""
     kind = params["hardware"]["kind"]
-    if kind == "cpu" or not params["runtime"]["check_hardware"] or params["runtime"]["launcher"] == "xpk":
+    if on_cpu(params) or not params["runtime"]["check_hardware"] or params["runtime"]["launcher"] == "xpk":
         return  # (with xpk the TPUs are the GKE cluster's, not this machine's)
     want, have = TPUS[kind].chips_per_host, tpu_chips_present()
     if have == 0:

@@ -12,7 +12,7 @@ import huggingface_hub
 from huggingface_hub import errors
 
 from stages.lib import outputs
-from stages.lib.cli import UserError
+from stages.lib.errors import UserError
 
 # What a model checkpoint needs; skips e.g. original/ or consolidated PyTorch copies.
 MODEL_FILES = ["*.json", "*.safetensors", "tokenizer.model", "*.jinja", "*.txt"]

@@ -24,7 +24,7 @@ import subprocess
 import sys
 
 from stages.lib import hardware, maxtext
-from stages.lib.cli import StageFailed
+from stages.lib.errors import StageFailed
 from stages.lib.flags import Invocation
 
 WORKLOAD_PREFIX = "sft-"
@@ -33,7 +33,7 @@ WORKLOAD_PREFIX = "sft-"
 def process_env(params: dict, index: int) -> dict[str, str]:
     """What tells worker `index` which process of a CPU job it is (see the module docstring)."""
     hosts = hardware.hosts(params)
-    if params["hardware"]["kind"] != "cpu" or hosts == 1:
+    if not hardware.on_cpu(params) or hosts == 1:
         return {}
     return {"JAX_COORDINATOR_ADDRESS": "localhost", "JOB_INDEX": "0", "JOB_COMPLETION_INDEX": str(index),
             "PROCESSES_IN_JOB": str(hosts), "JAX_PROCESS_COUNT": str(hosts)}
@@ -83,7 +83,7 @@ def stop_slice(params: dict) -> list[str]:
     """Stops whatever MaxText the job left on the slice's workers (ending an ssh session does not)."""
     s = params["runtime"]["slice"]
     return ["gcloud", "compute", "tpus", "tpu-vm", "ssh", s["name"], "--worker=all",
-            "--command=pkill -f stages.lib.maxtext_main || true",
+            "--command=pkill -f stages.in_maxtext.main || true",
             *[f"--{k}={s[k]}" for k in ("zone", "project") if s.get(k)]]
 
 

@@ -1,7 +1,7 @@
 """Launching MaxText's entry points: one child process each, offline, logged, watched.
 
 A stage builds an `Invocation` (stages/lib/flags.py) and calls `run(stage, invocation,
-params)`; the child is `python -m stages.lib.maxtext_main <module> ...` (see there for why).
+params)`; the child is `python -m stages.in_maxtext.main <module> ...` (see there for why).
 Its full output goes to logs/<stage>.log; the terminal gets a short progress line now and
 then, and on failure the last lines of the log.
 """
@@ -20,7 +20,8 @@ from typing import Callable
 import psutil
 
 from stages.lib import hardware
-from stages.lib.cli import Interrupted, StageFailed, die_with_parent
+from stages.lib.cli import die_with_parent
+from stages.lib.errors import Interrupted, StageFailed
 from stages.lib.flags import Invocation
 
 LOG_DIR = "logs"
@@ -62,7 +63,7 @@ def job_env(params: dict) -> dict[str, str]:
     env = dict(hardware.tpu_env(params))
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TF_CPP_MIN_LOG_LEVEL="2",
                GLIBC_TUNABLES=malloc_tunables(os.environ.get("GLIBC_TUNABLES")))
-    if params["hardware"]["kind"] == "cpu":
+    if hardware.on_cpu(params):
         env.update(JAX_PLATFORMS="cpu", DECOUPLE_GCLOUD="TRUE")
     return env
 
@@ -75,8 +76,10 @@ def child_env(params: dict) -> dict[str, str]:
 
 
 def command(invocation: Invocation) -> list[str]:
-    """The child's command line: MaxText's module under stages.lib.maxtext_main."""
-    cmd = [sys.executable, "-m", "stages.lib.maxtext_main", invocation.module]
+    """The child's command line: MaxText's module under stages.in_maxtext.main."""
+    cmd = [sys.executable, "-m", "stages.in_maxtext.main", invocation.module]
+    if invocation.model_name:
+        cmd += ["--model-name", invocation.model_name]
     if invocation.hf_config:
         cmd += ["--hf-config", invocation.hf_config]
     if invocation.hf_layout:
@@ -90,7 +93,7 @@ def dry_run(stage: str, invocation: Invocation, params: dict, plan: str | None =
     """Prints the exact command a stage would run (or `plan`: a job's, stages/lib/launch.py)
     and has MaxText validate its configuration."""
     print(f"{stage}: " + (plan or "would run:\n  " + " \\\n    ".join(command(invocation))), flush=True)
-    check = [sys.executable, "-m", "stages.lib.maxtext_main", invocation.module, "--validate-only", "--", *invocation.args]
+    check = [sys.executable, "-m", "stages.in_maxtext.main", invocation.module, "--validate-only", "--", *invocation.args]
     # Validation only: on any machine, without touching an accelerator.
     proc = subprocess.run(check, env={**child_env(params), **invocation.env, "JAX_PLATFORMS": "cpu"},
                           capture_output=True, text=True)

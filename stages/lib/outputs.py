@@ -50,6 +50,16 @@ def write_text(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
+def read_json(path: str, missing=None):
+    """A JSON file's contents, or `missing` when it is absent or unreadable (a stage that has
+    not run yet, one cut short)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return missing
+
+
 def write_json(path: str, data) -> None:
     """Writes JSON atomically."""
     write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")

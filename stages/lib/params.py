@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stages.lib import families, hardware
-from stages.lib.cli import UserError
+from stages.lib.errors import UserError
 
 PARAMS_FILE = "params.yaml"
 
@@ -274,7 +274,8 @@ def _message(e: ValidationError, params: Any, where: str) -> str:
     got = _value(params, key)
     message = f"{where}: {'.'.join(map(_show, key))}: expected {_expect(field)}, got {got!r:.120}"
     options = typing.get_args(field.annotation) if field is not None and typing.get_origin(field.annotation) is Literal else ()
-    close = difflib.get_close_matches(got, options, n=1, cutoff=0.6) if isinstance(got, str) else []
+    words = [o for o in options if isinstance(o, str)]  # a choice of numbers (data_workers: 0 or 1) has none to suggest
+    close = difflib.get_close_matches(got, words, n=1, cutoff=0.6) if isinstance(got, str) else []
     return message + (f" (did you mean {close[0]}?)" if close else "")
 
 

@@ -4,7 +4,7 @@ MaxText's SFT input pipeline restarts from its first row when a run resumes (Tun
 hooks skip nothing), and its own shuffle would reshuffle. So the train stage hands MaxText
 one file, the stream: every training row, shuffled with train.seed, once per epoch (each
 epoch its own permutation), with MaxText's shuffling off. A resumed run gets the stream
-from the first row the finished steps did not consume (stages/lib/data_position.py counts
+from the first row the finished steps did not consume (stages/in_maxtext/data_position.py counts
 them by replaying MaxText's own pipeline).
 
 With train.packing, each epoch's shuffled order is also arranged, a window of rows at a

@@ -5,13 +5,14 @@ reads it.
 One host: MaxText reads the stream, the tokenizer and the eval split from this machine's disk.
 
 Several hosts (hardware.hosts > 1): nothing a host reads may come from one machine's disk.
-  <scratch>/inputs/base-maxtext-<key>/items  the converted base checkpoint, read by Orbax
-  <scratch>/inputs/files-<key>/              the tokenizer files and eval.jsonl
-  <work>/inputs/from-step-<N>/host-<i>.jsonl each host's stream from step N on
-The two under inputs/ are keyed by their content (what made them), so they are uploaded once
+Staged where stages/lib/workdir.py's scratch layout puts them:
+  shared input base-maxtext-<key>/items  the converted base checkpoint, read by Orbax
+  shared input files-<key>/              the tokenizer files and eval.jsonl
+  the run's from-step-<N>/host-<i>.jsonl each host's stream from step N on
+The two shared ones are keyed by their content (what made them), so they are uploaded once
 for every run on the same base and data; each upload is complete only with its .complete
 marker, so one cut short is uploaded again. Each worker copies the small ones (tokenizer,
-eval split, the streams) to .scratch/<work>/worker-inputs/ before MaxText starts (maxtext_main --fetch:
+eval split, the streams) to the run's worker_copies before MaxText starts (stages.in_maxtext.main --fetch:
 transformers and MaxText's JSON reader take local files); Orbax reads the checkpoint from
 gs:// itself.
 """
@@ -25,7 +26,6 @@ import numpy as np
 
 from stages.lib import flags, hardware, maxtext, paths, stream, workdir
 
-INPUTS = "inputs"
 TOKENIZER_SKIP = (".safetensors", ".safetensors.index.json", ".bin", ".pth")  # weights: not the tokenizer's
 
 
@@ -111,12 +111,11 @@ def upload_once(local_dir: str, url: str, files: list[str] | None = None) -> boo
 def stage(params: dict, work: workdir.Workdir, streams: list[str], upload: bool = True) -> tuple[str, flags.Staged]:
     """Uploads what every host reads (the module docstring; `upload` False: only names it, for
     --dry-run); returns hf_train_files as each worker sees it and the job's staged inputs."""
-    scratch = params["runtime"]["scratch_dir"].rstrip("/")
     made = work.inputs or workdir.input_hashes(params)
-    base_url = f"{scratch}/{INPUTS}/base-maxtext-{key(made.get(paths.BASE_MAXTEXT))}/items"
-    files_url = f"{scratch}/{INPUTS}/files-{key([made.get(paths.BASE_HF), made.get(paths.DATA)])}"
+    base_url = workdir.shared_input(params, f"base-maxtext-{key(made.get(paths.BASE_MAXTEXT))}") + "/items"
+    files_url = workdir.shared_input(params, f"files-{key([made.get(paths.BASE_HF), made.get(paths.DATA)])}")
     from_step = os.path.dirname(streams[0])  # <work.local>/from-step-N
-    streams_url = f"{work.url}/{INPUTS}/{os.path.basename(from_step)}"
+    streams_url = work.staged(os.path.basename(from_step))
     if upload:
         if upload_once(paths.BASE_MAXTEXT_PARAMS, base_url):
             print(f"train: staged the base checkpoint at {base_url}", flush=True)
@@ -132,7 +131,7 @@ def stage(params: dict, work: workdir.Workdir, streams: list[str], upload: bool 
 
     # Where each worker copies them: relative to the project directory it runs in (on this
     # machine too, apart from what was staged from, so that every worker reads the same bytes).
-    copies = os.path.join(os.path.relpath(work.local), "worker-inputs")
+    copies = work.worker_copies
     files_local, streams_local = os.path.join(copies, "files"), os.path.join(copies, os.path.basename(from_step))
     staged = flags.Staged(base_params=base_url, tokenizer=files_local, eval_file=os.path.join(files_local, "eval.jsonl"),
                           fetch={files_url: files_local, streams_url: streams_local})

@@ -12,6 +12,17 @@ exactly what determines the training:
   - the MaxText and Tunix versions (another trainer must not resume this one's checkpoints).
 No path, mtime or machine enters it, so the same inputs pulled on a new VM find the same
 directory on gs://.
+
+This module owns the scratch layout; nothing else builds a path under runtime.scratch_dir:
+  <scratch>/train-<digest>/sft/checkpoints/   MaxText's checkpoints (Workdir.checkpoints)
+  <scratch>/train-<digest>/inputs/<name>/     what a multi-host job's hosts read of this run
+                                              (Workdir.staged: each host's stream)
+  <scratch>/inputs/<name>/                    inputs every run on the same base and data shares
+                                              (shared_input: the base checkpoint, tokenizer files)
+  <local>/                                    this machine's files of the run: MaxText's metrics
+                                              file, the stream, worker-inputs/ (the hosts' copies);
+                                              the run's directory itself, or .scratch/train-<digest>
+                                              when the scratch is on gs://
 """
 
 import fcntl
@@ -21,23 +32,17 @@ import json
 import os
 
 import fsspec
-import yaml
 
-from stages.lib.cli import StageFailed
+from stages.lib.dvc_yaml import declared
+from stages.lib.errors import StageFailed
 
 TRAINER_PACKAGES = ("maxtext", "google-tunix")
 # Outputs identified by what they were made from, not by their bytes (see above).
 IDENTIFIED_BY_INPUTS = {"models/base-maxtext": "convert_in"}
 PREFIX = "train-"
+LOCAL_SCRATCH = ".scratch"  # this machine's side of a gs:// scratch (relative to the project)
+INPUTS = "inputs"
 METRICS_FILE = "metrics.jsonl"  # MaxText's per-step metrics lines (its metrics_file)
-
-
-def declared(stage: str, dvc_yaml: str = "dvc.yaml") -> tuple[list[str], list[str]]:
-    """(params keys, dependency paths) that dvc.yaml declares for a stage."""
-    with open(dvc_yaml) as f:
-        spec = yaml.safe_load(f)["stages"][stage]
-    keys = [k for entry in spec.get("params", []) for k in ([entry] if isinstance(entry, str) else entry)]
-    return keys, list(spec.get("deps", []))
 
 
 def data_dependencies(deps: list[str]) -> list[str]:
@@ -95,6 +100,12 @@ def input_hashes(params: dict, stage: str = "train") -> dict:
     return out
 
 
+def shared_input(params: dict, name: str) -> str:
+    """Where an input shared by every run on the same base and data is staged for a multi-host
+    job (<scratch>/inputs/<name>)."""
+    return f"{params['runtime']['scratch_dir'].rstrip('/')}/{INPUTS}/{name}"
+
+
 def for_params(params: dict, stage: str = "train") -> "Workdir":
     keys, _ = declared(stage)
     inputs = input_hashes(params, stage)
@@ -116,13 +127,23 @@ class Workdir:
         self.name = name
         self.inputs = inputs or {}  # what identified it (input_hashes): also keys the inputs staged for many hosts
         remote = "://" in scratch_dir
-        local_scratch = ".scratch" if remote else scratch_dir
+        local_scratch = LOCAL_SCRATCH if remote else scratch_dir
         self.url = f"{scratch_dir.rstrip('/')}/{name}" if remote else os.path.abspath(os.path.join(scratch_dir, name))
         self.local = os.path.abspath(os.path.join(local_scratch, name))
         self.fs, self.root = fsspec.core.url_to_fs(self.url)
         self.checkpoints = f"{self.root}/{run_name}/checkpoints"
         self.profile = f"{self.root}/{run_name}/tensorboard/plugins/profile"  # MaxText's traces (profiler=xplane)
         self.metrics_file = os.path.join(self.local, METRICS_FILE)
+
+    def staged(self, name: str) -> str:
+        """Where an input of this run alone is staged for a multi-host job (its streams)."""
+        return f"{self.url}/{INPUTS}/{name}"
+
+    @property
+    def worker_copies(self) -> str:
+        """Where each worker of a multi-host job copies its inputs, relative to the project
+        directory it runs in (the same on every machine)."""
+        return os.path.join(os.path.relpath(self.local), "worker-inputs")
 
     @property
     def on_gcs(self) -> bool:

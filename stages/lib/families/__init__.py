@@ -23,7 +23,7 @@ Nothing outside this package names a family. A family module defines:
   TINY          one line: what the tiny model is and where its tokenizer comes from
   PIPELINE_TAG  the Hub's task for a model card (tools/publish.py)
 
-Adding a family is one module here plus its tiny recipe (README, "Adding a model family").
+Adding a family is one module here plus its tiny recipe (docs/families.md, "Adding a model family").
 """
 
 import importlib

@@ -5,7 +5,7 @@ variants), trained and exported as they are, with no vision tower.
 
 MaxText's converters describe a model by a hard-coded Hugging Face config keyed by
 `model_name` (`HF_MODEL_CONFIGS`), not by the checkpoint's own `config.json`; the pipeline
-replaces that entry with the checkpoint's (stages/lib/maxtext_main.py). Its gemma3-4b entry
+replaces that entry with the checkpoint's (stages/in_maxtext/main.py). Its gemma3-4b entry
 has exact-erf `gelu` and `rope_theta=10000` while MaxText trains with tanh-GELU and 1e6: with
 the checkpoint's own config a shrunken model, a changed vocabulary or such a mistake all
 convert faithfully. The traps checked below: MaxText hard-codes Gemma 3's 5-local/1-global
@@ -91,7 +91,7 @@ def model_args(t, model_name: str) -> list[str]:
 
 # MaxText's Gemma 3 tables (its parameter mapping, hooks and HF shapes) read
 # config["text_config"] and config["vision_config"]: a text-only config is handed to them as
-# the text config of a model without vision layers (stages/lib/maxtext_main.py).
+# the text config of a model without vision layers (stages/in_maxtext/main.py).
 NO_VISION = {"hidden_size": 0, "intermediate_size": 0, "num_hidden_layers": 0, "patch_size": 1, "num_channels": 0,
              "image_size": 0}
 
@@ -105,7 +105,7 @@ def converter_config(config: dict) -> dict:
 
 def like_maxtext(model):
     """Gives a transformers Gemma 3 MaxText's embedding arithmetic; returns MaxText's output
-    head, for the gates to compare like with like (stages/lib/export_check.py):
+    head, for the gates to compare like with like (stages/in_maxtext/logit_check.py):
       - MaxText holds the embedding pre-multiplied by bf16(sqrt(hidden)) (the converter's
         hook), so its input scale is that bf16 value (25.25 for hidden 640), as Google's bf16
         reference and transformers in bf16 have it; transformers in float32 uses the exact 25.298;
@@ -130,7 +130,7 @@ def like_maxtext(model):
 def export_rounding(path: tuple[str, ...], value, dtype: str, hf_config):
     """MaxText's Gemma 3 mapping (param_mapping's hooks) exports the embedding divided by
     bf16(sqrt(hidden)) and every RMSNorm scale minus 1 (Gemma's 1+w); the rest unchanged;
-    then stages/lib/export.py rounds each tensor to `dtype` once."""
+    then stages/in_maxtext/assemble_export.py rounds each tensor to `dtype` once."""
     import ml_dtypes
     import numpy as np
 

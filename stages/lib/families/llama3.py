@@ -69,7 +69,7 @@ def model_args(t, model_name: str) -> list[str]:
 
 def export_rounding(path: tuple[str, ...], value, dtype: str, hf_config):
     """MaxText's Llama mapping exports the query projection times sqrt(head_dim) (in float32,
-    then rounded to `dtype` by stages/lib/export.py) and reads it back times 1/sqrt(head_dim);
+    then rounded to `dtype` by stages/in_maxtext/assemble_export.py) and reads it back times 1/sqrt(head_dim);
     q/k's RoPE permutation moves values without changing them; the rest is rounded as is."""
     import numpy as np
 

@@ -1,8 +1,8 @@
 """Folds a LoRA adapter trained by MaxText's SFT into the base weights: one full checkpoint.
 
-Run by the train stage (through stages.lib.maxtext_main, for MaxText's environment):
+Run by the train stage (through stages.in_maxtext.main, for MaxText's environment):
 
-    python -m stages.lib.maxtext_main stages.lib.merge_lora -- \
+    python -m stages.in_maxtext.main stages.in_maxtext.merge_lora -- \
         --base models/base-maxtext/0/items --adapter <step>/model_params --scale 2.0 --out OUT
 
 With LoRA on, MaxText's SFT (Tunix) saves only the adapter, and MaxText's to_huggingface

@@ -1,9 +1,9 @@
 """How many training conversations MaxText's SFT input pipeline consumed in its first N steps.
 
-Run by the train stage before resuming (through stages.lib.maxtext_main, for MaxText's
+Run by the train stage before resuming (through stages.in_maxtext.main, for MaxText's
 environment), on CPU, with as many simulated devices as the recipe's accelerator has:
 
-    python -m stages.lib.maxtext_main stages.lib.data_position -- --steps 20 --report R.json \
+    python -m stages.in_maxtext.main stages.in_maxtext.data_position -- --steps 20 --report R.json \
         [--streams host-000.jsonl host-001.jsonl] -- <sft.yml and the run's MaxText flags (stages/lib/flags.py)>
 
 MaxText's SFT (through Tunix's data hooks) restarts its input pipeline from the first row on

@@ -20,7 +20,7 @@ from safetensors import safe_open
 
 from stages.lib import families
 from stages.lib.checkpoint import rename, tensor_files, write_shards
-from stages.lib.cli import StageFailed
+from stages.lib.errors import StageFailed
 
 WEIGHT_FILES = ("model.safetensors.index.json",)
 # Config fields that describe the file, not the model; they may differ between exports.

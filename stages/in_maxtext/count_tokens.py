@@ -1,8 +1,8 @@
 """How many tokens MaxText's SFT pipeline makes of each conversation, for every row of a split.
 
-Run by the token_lengths stage (through stages.lib.maxtext_main, for MaxText's environment):
+Run by the token_lengths stage (through stages.in_maxtext.main, for MaxText's environment):
 
-    python -m stages.lib.maxtext_main stages.lib.token_lengths -- --tokenizer models/base-hf \
+    python -m stages.in_maxtext.main stages.in_maxtext.count_tokens -- --tokenizer models/base-hf \
         --split data/chat/train.jsonl train.npy --split data/chat/eval.jsonl eval.npy
 
 MaxText's pipeline (hf_data_processing, use_sft) templates each user/assistant round on its

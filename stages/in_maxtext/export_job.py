@@ -1,16 +1,16 @@
 """The convert_out stage's work, in one process: convert, assemble, check.
 
-Run by convert_out (through stages.lib.maxtext_main, for MaxText's environment and its HF
+Run by convert_out (through stages.in_maxtext.main, for MaxText's environment and its HF
 config swap):
 
-    python -m stages.lib.maxtext_main stages.lib.export_run --hf-config models/base-hf -- \
+    python -m stages.in_maxtext.main stages.in_maxtext.export_job --hf-config models/base-hf -- \
         --out EXPORT --dtype bfloat16 --shard-bytes N <export check's options> -- \
         <MaxText's to_huggingface arguments> --check-- <the export check's MaxText arguments>
 
 1. MaxText's `to_huggingface`, unmodified (run as its own __main__), writes its export to
    EXPORT/.maxtext-export;
-2. stages/lib/export.py assembles the published export from it and the base (EXPORT);
-3. stages/lib/export_check.py checks it and writes its report.
+2. stages/in_maxtext/assemble_export.py assembles the published export from it and the base (EXPORT);
+3. stages/in_maxtext/logit_check.py checks it and writes its report.
 One process instead of two saves a MaxText, JAX and transformers import (~20 s a run). Like
 to_huggingface itself, the check then runs on the CPU, in float32.
 """
@@ -23,12 +23,13 @@ import shutil
 import sys
 import time
 
-from stages.lib import export, export_check, maxtext_main
+from stages.in_maxtext import assemble_export, logit_check
+from stages.in_maxtext.main import preload_imports
 from stages.lib.flags import CHECK_SEPARATOR, TO_HUGGINGFACE
 
 
 def convert(to_hf_args: list[str]) -> None:
-    maxtext_main.preload_imports(TO_HUGGINGFACE)
+    preload_imports(TO_HUGGINGFACE)
     sys.argv = [TO_HUGGINGFACE, *to_hf_args]
     try:
         runpy.run_module(TO_HUGGINGFACE, run_name="__main__", alter_sys=False)
@@ -43,7 +44,7 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="the export directory to fill (empty)")
     parser.add_argument("--shard-bytes", type=int, required=True)
     parser.add_argument("--report", required=True, help="the export check's report")
-    export_check.add_arguments(parser)
+    logit_check.add_arguments(parser)
     ours = parser.parse_args(sys.argv[1:split])
     rest = sys.argv[split + 1 :]
     to_hf_args, check_args = rest[: rest.index(CHECK_SEPARATOR)], rest[rest.index(CHECK_SEPARATOR) + 1 :]
@@ -52,10 +53,10 @@ def main() -> None:
     started = time.monotonic()
     convert(to_hf_args + [f"base_output_directory={raw}"])
     converted = time.monotonic()
-    sources = export.assemble(raw, ours.base, ours.out, ours.dtype, ours.shard_bytes, maxtext_main.model_name(check_args))
+    sources = assemble_export.assemble(raw, ours.base, ours.out, ours.dtype, ours.shard_bytes, ours.model_name)
     shutil.rmtree(raw)
     assembled = time.monotonic()
-    export_check.run(ours, {ours.out: ours.report}, check_args)
+    logit_check.run(ours, {ours.out: ours.report}, check_args)
     with open(ours.report) as f:
         report = json.load(f)
     report["tensors"] = {"fine_tuned": sum(v == "maxtext" for v in sources.values()),

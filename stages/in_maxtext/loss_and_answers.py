@@ -1,9 +1,9 @@
 """The evaluate stage's work, in one process: held-out loss of MaxText checkpoints, computed
 the way training computes it, and greedy answers of the HF checkpoints to fixed prompts.
 
-Run by the evaluate stage (through stages.lib.maxtext_main, like MaxText's entry points):
+Run by the evaluate stage (through stages.in_maxtext.main, like MaxText's entry points):
 
-    python -m stages.lib.maxtext_main stages.lib.evaluation -- --report R.json \
+    python -m stages.in_maxtext.main stages.in_maxtext.loss_and_answers -- --report R.json \
         --checkpoint base=models/base-maxtext/0/items --checkpoint fine_tuned=models/sft-maxtext/params \
         --generate base=models/base-hf --generate fine_tuned=models/sft-hf --prompts P.json --max-new-tokens 24 \
         -- <sft.yml and MaxText's flags: model, tokenizer, max_target_length, packing, eval data (stages/lib/flags.py)>

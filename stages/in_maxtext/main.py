@@ -8,7 +8,7 @@ for a checkpoint in another key layout (the Hub's, or text-only), renames the pa
 mapping's Hugging Face names to match the file. Nothing of MaxText is edited: the
 entry point then runs unmodified, as its own `__main__`.
 
-    python -m stages.lib.maxtext_main maxtext.checkpoint_conversion.to_maxtext \
+    python -m stages.in_maxtext.main maxtext.checkpoint_conversion.to_maxtext --model-name gemma3-4b \
         --hf-config models/base-hf --hf-layout hub -- .../maxtext/configs/base.yml model_name=gemma3-4b ...
 
 On a worker of a multi-host job (stages/lib/launch.py) the command must not name paths of
@@ -98,11 +98,6 @@ def preload_imports(module: str) -> None:
     gc.freeze()
 
 
-def model_name(maxtext_args: list[str]) -> str | None:
-    """The `model_name=` of a MaxText command line."""
-    return next((a.split("=", 1)[1] for a in maxtext_args if a.startswith("model_name=")), None)
-
-
 PACKAGE_PREFIX = "maxtext:"
 
 
@@ -138,10 +133,11 @@ def fetch(url: str, local: str) -> None:
 
 def main() -> None:
     if "--" not in sys.argv:
-        sys.exit("usage: python -m stages.lib.maxtext_main MODULE [--hf-config DIR] [--hf-layout L] -- ARGS...")
+        sys.exit("usage: python -m stages.in_maxtext.main MODULE [--model-name M --hf-config DIR] [--hf-layout L] -- ARGS...")
     split = sys.argv.index("--")
     parser = argparse.ArgumentParser()
     parser.add_argument("module")
+    parser.add_argument("--model-name", help="MaxText's model_name, whose table entries --hf-config/--hf-layout replace")
     parser.add_argument("--hf-config", help="HF checkpoint directory whose config.json replaces MaxText's table entry")
     parser.add_argument("--hf-layout", default="transformers", help="tensor-name layout of the HF checkpoint read")
     parser.add_argument("--validate-only", action="store_true", help="only run MaxText's config validation on ARGS")
@@ -151,7 +147,9 @@ def main() -> None:
     for pair in ours.fetch:
         url, local = pair.split("=", 1)
         fetch(url, local)
-    name = model_name(maxtext_args)
+    name = ours.model_name
+    if (ours.hf_config or ours.hf_layout != "transformers") and not name:
+        parser.error("--hf-config and --hf-layout need --model-name")
 
     if ours.validate_only:
         from maxtext.configs import pyconfig

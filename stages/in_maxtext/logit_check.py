@@ -2,9 +2,9 @@
 mirror after convert_in, the conversion check: does the converted MaxText checkpoint compute
 what the base HF checkpoint computes?
 
-Run by convert_out (through stages.lib.maxtext_main, like MaxText's own entry points):
+Run by convert_out (through stages.in_maxtext.main, like MaxText's own entry points):
 
-    python -m stages.lib.maxtext_main stages.lib.export_check -- --export models/sft-hf \
+    python -m stages.in_maxtext.main stages.in_maxtext.logit_check -- --export models/sft-hf \
         --report R.json [--export OTHER --report R2.json ...] \
         --base models/base-hf --tie-margin 0.05 --dtype bfloat16 \
         [--lora-base models/base-maxtext/0/items --lora-adapter models/sft-maxtext/lora] -- \
@@ -12,11 +12,11 @@ Run by convert_out (through stages.lib.maxtext_main, like MaxText's own entry po
 
 and by convert_in, on the converted checkpoint:
 
-    python -m stages.lib.maxtext_main stages.lib.export_check -- --conversion --report R.json \
+    python -m stages.in_maxtext.main stages.in_maxtext.logit_check -- --conversion --report R.json \
         --base models/base-hf [--export COPY --report R2.json ...] --tie-margin 0.05 -- \
         <MaxText flags, load_parameters_path= models/base-maxtext/0/items>
 
-(convert_out runs it in the same process as the conversion: stages/lib/export_run.py.) Several
+(convert_out runs it in the same process as the conversion: stages/in_maxtext/export_job.py.) Several
 exports of one trained checkpoint are checked against one reference, computed once: the
 MaxText side is most of the cost (bench/export_check_calibration.py checks its corrupted
 copies so, and tests/test_export.py its rejections).
@@ -33,7 +33,7 @@ per prompt, the KL divergence of the export's next-token distributions from MaxT
 agreement and the largest logit difference. Reported beside it, as information, is what
 MaxText's head costs against transformers' own (`maxtext_head`), and what
 rounding to the export dtype costs (MaxText on the trained weights against MaxText on the
-rounded ones). For a LoRA run the trained weights are the merge (stages/lib/merge_lora.py),
+rounded ones). For a LoRA run the trained weights are the merge (stages/in_maxtext/merge_lora.py),
 which is itself checked against MaxText applying the adapter unmerged, float32 both.
 """
 
@@ -42,6 +42,8 @@ import json
 import sys
 
 import numpy as np
+
+from stages.lib.gate import summary
 
 # Fixed prompts: short, multi-turn, with a system prompt; a long one is added per model so
 # that sliding-window (local) attention layers see more than their window.
@@ -179,89 +181,19 @@ def with_head_cost(report: dict, gated: list, own: list | None, tie_margin: floa
     return report
 
 
-def log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float64)
-    x = x - x.max(-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(-1, keepdims=True))
-
-
-def compare(reference: np.ndarray, candidate: np.ndarray, tie_margin: float) -> dict:
-    """KL(reference || candidate) per position, top-1 agreement, largest logit difference.
-
-    A position agrees when the candidate's top token is within `tie_margin` of the
-    reference's best logit (near-ties in the reference are not counted as disagreements).
-    """
-    lp, lq = log_softmax(reference), log_softmax(candidate)
-    kl = np.sum(np.exp(lp) * (lp - lq), axis=-1)
-    picked = reference[np.arange(len(reference)), candidate.argmax(-1)]
-    agree = picked >= reference.max(-1) - tie_margin
-    return {
-        "tokens": len(reference),
-        "kl_max": float(kl.max()),
-        "kl_mean": float(kl.mean()),
-        "top1_agreement": float(agree.mean()),
-        "max_abs_logit_diff": float(np.abs(reference - candidate).max()),
-    }
-
-
-def failures(report: dict, limits: dict) -> list[str]:
-    """What fails the export (empty: it passes): a config.json that is not the base's, and
-    convert_out.check's limits."""
-    return [f"config.json differs from the base's: {d}" for d in report["config_differences"]] + threshold_failures(report, limits)
-
-
-def threshold_failures(report: dict, limits: dict, what: str = "") -> list[str]:
-    """What in a report breaks convert_out.check's limits (empty: it passes): the export
-    against its reference and, for LoRA runs, the merge against the unmerged adapter."""
-    failures = []
-    if report["kl_max"] > limits["max_kl"]:
-        failures.append(f"{what}max KL {report['kl_max']:.3g} > {limits['max_kl']:g}")
-    if report["kl_mean"] > limits["max_mean_kl"]:
-        failures.append(f"{what}mean KL {report['kl_mean']:.3g} > {limits['max_mean_kl']:g}")
-    if report["top1_agreement"] < limits["min_top1_agreement"]:
-        failures.append(f"{what}top-1 agreement {report['top1_agreement']:.4f} < {limits['min_top1_agreement']:g}")
-    if "lora_merge" in report:
-        failures += threshold_failures(report["lora_merge"], limits, "LoRA merge: ")
-    return failures
-
-
-LISTS = ("prompts", "config_differences")
-
-
-def metrics(report: dict, passed: bool, group: str = "export") -> dict:
-    """The report as metrics/export_check.json (or convert_in's metrics/convert_check.json,
-    `group` "conversion"): every figure under `group` (so that `dvc metrics show` labels them
-    export.kl_max, export.rounding.kl_max, ...), the lists (per prompt, config differences)
-    beside it, where DVC's tables do not spread them out."""
-    figures = {k: v for k, v in report.items() if k not in LISTS}
-    return {group: {"passed": passed, **figures}, **{k: report[k] for k in LISTS if k in report}}
-
-
-def summary(references: list[np.ndarray], candidates: list[np.ndarray], tie_margin: float) -> dict:
-    per_prompt = [compare(r, c, tie_margin) for r, c in zip(references, candidates)]
-    weights = [p["tokens"] for p in per_prompt]
-    return {
-        "prompts": per_prompt,
-        "kl_max": max(p["kl_max"] for p in per_prompt),
-        "kl_mean": float(np.average([p["kl_mean"] for p in per_prompt], weights=weights)),
-        "top1_agreement": float(np.average([p["top1_agreement"] for p in per_prompt], weights=weights)),
-        "max_abs_logit_diff": max(p["max_abs_logit_diff"] for p in per_prompt),
-    }
-
-
-def check(export_dirs: list[str], base_dir: str, dtype: str, tie_margin: float, maxtext_args: list[str],
-          lora: tuple[str, str] | None = None) -> list[dict]:
+def check(export_dirs: list[str], base_dir: str, dtype: str, tie_margin: float, model_name: str,
+          maxtext_args: list[str], lora: tuple[str, str] | None = None) -> list[dict]:
     """The export check's report for each export of one trained checkpoint (see the module
     docstring): the figures the gate reads, the rounding's cost, the config fields that
     differ from the base's, and for a LoRA run (`lora`: base params, adapter) the merge
     against the adapter unmerged. The prompts are the base's tokenizer's (an export's
-    tokenizer files are the base's, byte for byte: stages/lib/export.py)."""
-    from stages.lib import export, maxtext_main
+    tokenizer files are the base's, byte for byte: stages/in_maxtext/assemble_export.py)."""
+    from stages.in_maxtext import assemble_export
 
     hf_config, prompts = fixed_prompts(base_dir)
     model, mesh, batch = maxtext_model(maxtext_args, prompts)
     trained = logits(model, mesh, batch, prompts)
-    rounded_tensors = round_like_the_export(model, maxtext_main.model_name(maxtext_args), dtype, hf_config)
+    rounded_tensors = round_like_the_export(model, model_name, dtype, hf_config)
     reference = logits(model, mesh, batch, prompts)
     del model
     rounding = {"dtype": dtype, "tensors": rounded_tensors,
@@ -269,30 +201,28 @@ def check(export_dirs: list[str], base_dir: str, dtype: str, tie_margin: float, 
     merge = summary(logits(*maxtext_model(maxtext_args, prompts, lora), prompts), trained, tie_margin) if lora else None
     reports = []
     for export_dir in export_dirs:
-        gated, own = transformers_logits(export_dir, prompts, maxtext_main.model_name(maxtext_args))
+        gated, own = transformers_logits(export_dir, prompts, model_name)
         report = with_head_cost(summary(reference, gated, tie_margin), gated, own, tie_margin)
         report["rounding"] = rounding
         if merge:
             report["lora_merge"] = merge
-        report["config_differences"] = export.config_differences(export_dir, base_dir)
+        report["config_differences"] = assemble_export.config_differences(export_dir, base_dir)
         reports.append(report)
     return reports
 
 
-def check_conversion(base_dirs: list[str], tie_margin: float, maxtext_args: list[str]) -> list[dict]:
+def check_conversion(base_dirs: list[str], tie_margin: float, model_name: str, maxtext_args: list[str]) -> list[dict]:
     """The conversion check's report for each HF checkpoint: transformers on it (the model the
     user chose: the reference) against MaxText on the converted parameters, which training
     starts from, both in float32 on the export check's prompts. MaxText runs once, however
     many checkpoints (the stage checks one; bench/conversion_check_calibration.py faulty copies)."""
-    from stages.lib import maxtext_main
-
     _, prompts = fixed_prompts(base_dirs[0])
     model, mesh, batch = maxtext_model(maxtext_args, prompts)
     converted = logits(model, mesh, batch, prompts)
     del model
     reports = []
     for base_dir in base_dirs:
-        gated, own = transformers_logits(base_dir, prompts, maxtext_main.model_name(maxtext_args))
+        gated, own = transformers_logits(base_dir, prompts, model_name)
         reports.append(with_head_cost(summary(gated, converted, tie_margin), gated, own, tie_margin))
     return reports
 
@@ -300,6 +230,7 @@ def check_conversion(base_dirs: list[str], tie_margin: float, maxtext_args: list
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base", required=True, help="the base checkpoint, whose config.json the export's must equal")
     parser.add_argument("--tie-margin", type=float, required=True)
+    parser.add_argument("--model-name", required=True, help="MaxText's model_name (which family's tables apply)")
     parser.add_argument("--dtype", help="the export's dtype, which its weights were rounded to (exports only)")
     parser.add_argument("--lora-base", help="with --lora-adapter: also check the merge against the adapter unmerged")
     parser.add_argument("--lora-adapter")
@@ -309,7 +240,7 @@ def run(ours: argparse.Namespace, exports: dict[str, str], maxtext_args: list[st
     """Checks each export ({export directory: report path}) and writes its report."""
     lora = (ours.lora_base, ours.lora_adapter) if ours.lora_adapter else None
     for report_path, report in zip(exports.values(), check(list(exports), ours.base, ours.dtype, ours.tie_margin,
-                                                              maxtext_args, lora)):
+                                                              ours.model_name, maxtext_args, lora)):
         with open(report_path, "w") as f:
             json.dump(report, f, indent=2)
 
@@ -326,7 +257,8 @@ def main() -> None:
         checkpoints = [ours.base, *ours.export]
         if len(checkpoints) != len(ours.report):
             parser.error("one --report for the base and one per --export")
-        for report_path, report in zip(ours.report, check_conversion(checkpoints, ours.tie_margin, sys.argv[split + 1 :])):
+        for report_path, report in zip(ours.report, check_conversion(checkpoints, ours.tie_margin, ours.model_name,
+                                                                            sys.argv[split + 1 :])):
             with open(report_path, "w") as f:
                 json.dump(report, f, indent=2)
         return
