@@ -36,8 +36,9 @@ class Timed:
 def timed(cmd: list[str], cwd: Path, extra_env: dict | None = None, sample_rss: bool = False) -> Timed:
     """Runs cmd to completion; raises with the end of its output if it fails."""
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env(**(extra_env or {})), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env(**(extra_env or {})), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     chunks: list[str] = []
     reader = threading.Thread(target=lambda: chunks.extend(proc.stdout), daemon=True)
     reader.start()
@@ -66,7 +67,11 @@ def tree_rss(pid: int) -> list[tuple[str, int]]:
     for p in procs:
         try:
             argv = p.cmdline()
-            kind = argv[argv.index("stages.in_maxtext.main") + 1] if "stages.in_maxtext.main" in argv else " ".join(argv[:3])
+            kind = (
+                argv[argv.index("stages.in_maxtext.main") + 1]
+                if "stages.in_maxtext.main" in argv
+                else " ".join(argv[:3])
+            )
             found.append((kind, p.memory_info().rss))
         except (psutil.Error, IndexError):
             pass

@@ -48,16 +48,37 @@ def bench(work: Path) -> list[Row]:
         log(f"compile_cache: train, {label} ({before} cache entries)")
         found[label] = {**train_once(root), "new_entries": cache_entries(cache) - before}
     cold, warm, changed = found["cold"], found["warm"], found["learning rate changed"]
-    notes = [f"{label}: stage {f['wall']:.1f} s, step 1 {f['step1']:.1f} s, {f['new_entries']} new cache entries"
-             for label, f in found.items()]
+    notes = [
+        f"{label}: stage {f['wall']:.1f} s, step 1 {f['step1']:.1f} s, {f['new_entries']} new cache entries"
+        for label, f in found.items()
+    ]
     return [
-        Row("15. compile cache: time to step 1, warm vs cold (tiny)", f"{warm['step1']:.1f} s", f"{cold['step1']:.1f} s",
-            f"{warm['step1'] / cold['step1']:.2f}x", "info", "info", notes),
-        Row("15b. compile cache: train stage wall, warm vs cold (tiny)", f"{warm['wall']:.1f} s", f"{cold['wall']:.1f} s",
-            f"{warm['wall'] / cold['wall']:.2f}x", "info", "info"),
-        Row("15c. compile cache: a changed learning rate misses (tiny)", f"{changed['step1']:.1f} s", f"{cold['step1']:.1f} s",
-            f"{changed['step1'] / cold['step1']:.2f}x", "~1x (compiles again)", "info",
-            [json.dumps({k: round(v, 1) for k, v in changed.items()})]),
+        Row(
+            "15. compile cache: time to step 1, warm vs cold (tiny)",
+            f"{warm['step1']:.1f} s",
+            f"{cold['step1']:.1f} s",
+            f"{warm['step1'] / cold['step1']:.2f}x",
+            "info",
+            "info",
+            notes,
+        ),
+        Row(
+            "15b. compile cache: train stage wall, warm vs cold (tiny)",
+            f"{warm['wall']:.1f} s",
+            f"{cold['wall']:.1f} s",
+            f"{warm['wall'] / cold['wall']:.2f}x",
+            "info",
+            "info",
+        ),
+        Row(
+            "15c. compile cache: a changed learning rate misses (tiny)",
+            f"{changed['step1']:.1f} s",
+            f"{cold['step1']:.1f} s",
+            f"{changed['step1'] / cold['step1']:.2f}x",
+            "~1x (compiles again)",
+            "info",
+            [json.dumps({k: round(v, 1) for k, v in changed.items()})],
+        ),
     ]
 
 

@@ -15,7 +15,20 @@ import shutil
 import sys
 from pathlib import Path
 
-from bench.common import GB, GIB, Row, evict, log, median, new_workspace, read_all, run_alone, stage_seconds, timed, verdict  # noqa: E402
+from bench.common import (
+    GB,
+    GIB,
+    Row,
+    evict,
+    log,
+    median,
+    new_workspace,
+    read_all,
+    run_alone,
+    stage_seconds,
+    timed,
+    verdict,
+)  # noqa: E402
 
 # ~1.06 GB in bf16: a 604 MB embedding (Gemma 3's 262k vocabulary) and 12 layers of 19M parameters.
 MID_TEXT = {
@@ -43,8 +56,12 @@ def measure(root: Path, stage: str, module: str, source: Path) -> dict:
     log(f"conversion: {stage}")
     run = timed([sys.executable, "-m", f"stages.{stage}"], root, sample_rss=True)
     times = stage_seconds(run.output)
-    return {"read": read_s, "seconds": times[f"{stage}:{module}"], "rss": run.peak_rss[module],
-            "gate": times.get("convert_out.check:stages.in_maxtext.logit_check")}
+    return {
+        "read": read_s,
+        "seconds": times[f"{stage}:{module}"],
+        "rss": run.peak_rss[module],
+        "gate": times.get("convert_out.check:stages.in_maxtext.logit_check"),
+    }
 
 
 def bench(work: Path, reps: int = 1, runtime_rss: dict[str, int] | None = None) -> list[Row]:
@@ -80,16 +97,46 @@ def bench(work: Path, reps: int = 1, runtime_rss: dict[str, int] | None = None) 
         rss_notes = []
         if runtime_rss and module in runtime_rss:
             fixed = runtime_rss[module]
-            rss_notes.append(f"the same process on the tiny model peaks at {fixed / GIB:.2f} GiB (JAX, MaxText, "
-                             f"transformers and the tokenizer); above that, the weights cost {(rss - fixed) / size:.2f}x their size")
-        rows.append(Row(f"5. {stage}: {module.rsplit('.', 1)[1]} on a ~1 GB checkpoint vs reading it", f"{seconds:.1f} s",
-                        f"{read_s:.2f} s", f"{seconds / read_s:.0f}x", "time: info", "info", [size_note]))
-        rows.append(Row(f"5. {stage}: peak RSS / checkpoint size", f"{rss / GIB:.2f} GiB", f"{size / GIB:.2f} GiB",
-                        f"{multiple:.2f}x", "<= 1.5x", verdict(multiple <= 1.5, f"peak RSS {multiple:.2f}x the model"),
-                        rss_notes))
-    gate, conversion = median([r["gate"] for r in runs["convert_out"]]), median([r["seconds"] for r in runs["convert_out"]])
-    rows.append(Row("5. export check on the ~1 GB export (in convert_out)", f"{gate:.1f} s", f"{conversion:.1f} s",
-                    f"{gate / conversion:.2f}x", "info (vs the conversion)", "info"))
+            rss_notes.append(
+                f"the same process on the tiny model peaks at {fixed / GIB:.2f} GiB (JAX, MaxText, "
+                f"transformers and the tokenizer); above that, the weights cost {(rss - fixed) / size:.2f}x their size"
+            )
+        rows.append(
+            Row(
+                f"5. {stage}: {module.rsplit('.', 1)[1]} on a ~1 GB checkpoint vs reading it",
+                f"{seconds:.1f} s",
+                f"{read_s:.2f} s",
+                f"{seconds / read_s:.0f}x",
+                "time: info",
+                "info",
+                [size_note],
+            )
+        )
+        rows.append(
+            Row(
+                f"5. {stage}: peak RSS / checkpoint size",
+                f"{rss / GIB:.2f} GiB",
+                f"{size / GIB:.2f} GiB",
+                f"{multiple:.2f}x",
+                "<= 1.5x",
+                verdict(multiple <= 1.5, f"peak RSS {multiple:.2f}x the model"),
+                rss_notes,
+            )
+        )
+    gate, conversion = (
+        median([r["gate"] for r in runs["convert_out"]]),
+        median([r["seconds"] for r in runs["convert_out"]]),
+    )
+    rows.append(
+        Row(
+            "5. export check on the ~1 GB export (in convert_out)",
+            f"{gate:.1f} s",
+            f"{conversion:.1f} s",
+            f"{gate / conversion:.2f}x",
+            "info (vs the conversion)",
+            "info",
+        )
+    )
     return rows
 
 

@@ -12,9 +12,7 @@ thresholds must pass the first row and fail every row that changes the model's f
 
 import os
 import shutil
-import sys
 import tempfile
-
 
 from bench.checkpoint_faults import edit_config, edit_tensor, reverse_heads, swap_layers  # noqa: E402
 from stages import convert_out  # noqa: E402
@@ -43,7 +41,7 @@ def main() -> None:
     limits = params["convert_out"]["check"]
     with tempfile.TemporaryDirectory(dir=".") as tmp:
         exports = {}
-        for i, (label, corrupt) in enumerate(VARIANTS):
+        for i, (_, corrupt) in enumerate(VARIANTS):
             copy = os.path.join(tmp, f"export-{i}")
             shutil.copytree(EXPORT, copy, copy_function=os.link)
             if corrupt:
@@ -51,18 +49,24 @@ def main() -> None:
             exports[copy] = os.path.join(tmp, f"report-{i}.json")
         # One MaxText process, one reference for every copy (stages/in_maxtext/logit_check.py).
         checked = convert_out.check_exports(params, exports)
-    rows = [(label, report, failures) for (label, _), (report, failures) in zip(VARIANTS, checked)]
+    rows = [(label, report, failures) for (label, _), (report, failures) in zip(VARIANTS, checked, strict=True)]
 
-    print(f"\nthresholds: max_kl {limits['max_kl']:g}, max_mean_kl {limits['max_mean_kl']:g}, "
-          f"min_top1_agreement {limits['min_top1_agreement']:g} (tie_margin {limits['tie_margin']:g})\n")
+    print(
+        f"\nthresholds: max_kl {limits['max_kl']:g}, max_mean_kl {limits['max_mean_kl']:g}, "
+        f"min_top1_agreement {limits['min_top1_agreement']:g} (tie_margin {limits['tie_margin']:g})\n"
+    )
     print(f"| {'variant':48s} | KL max   | KL mean  | top-1  | max |dlogit| | check | failed on")
     print(f"|{'-' * 50}|----------|----------|--------|--------------|-------|----------")
     for label, r, failures in rows:
-        print(f"| {label:48s} | {r['kl_max']:.2e} | {r['kl_mean']:.2e} | {r['top1_agreement']:.4f} | "
-              f"{r['max_abs_logit_diff']:12.4f} | {'FAIL' if failures else 'pass':5s} | {'; '.join(failures)[:90]}")
+        print(
+            f"| {label:48s} | {r['kl_max']:.2e} | {r['kl_mean']:.2e} | {r['top1_agreement']:.4f} | "
+            f"{r['max_abs_logit_diff']:12.4f} | {'FAIL' if failures else 'pass':5s} | {'; '.join(failures)[:90]}"
+        )
     rounding = rows[0][1]["rounding"]
-    print(f"\nrounding the trained float32 weights to {rounding['dtype']} (information, not gated): "
-          f"KL max {rounding['kl_max']:.2e}, KL mean {rounding['kl_mean']:.2e}, top-1 {rounding['top1_agreement']:.4f}")
+    print(
+        f"\nrounding the trained float32 weights to {rounding['dtype']} (information, not gated): "
+        f"KL max {rounding['kl_max']:.2e}, KL mean {rounding['kl_mean']:.2e}, top-1 {rounding['top1_agreement']:.4f}"
+    )
 
 
 if __name__ == "__main__":

@@ -48,16 +48,29 @@ def bench(work: Path, reps: int = 3) -> list[Row]:
     times = {name: [] for name in found}
     for i in range(reps):  # alternating: the baseline first on odd rounds
         if i % 2 == 0:
-            maxtext_start.append(seconds([sys.executable, "-c", "import maxtext.trainers.post_train.sft.train_sft"], work))
+            maxtext_start.append(
+                seconds([sys.executable, "-c", "import maxtext.trainers.post_train.sft.train_sft"], work)
+            )
         for name, (root, cmd, extra) in found.items():
             times[name].append(seconds(cmd, root, **extra))
         if i % 2 == 1:
-            maxtext_start.append(seconds([sys.executable, "-c", "import maxtext.trainers.post_train.sft.train_sft"], work))
+            maxtext_start.append(
+                seconds([sys.executable, "-c", "import maxtext.trainers.post_train.sft.train_sft"], work)
+            )
     baseline = median(maxtext_start)
     log(f"fail_fast: MaxText's start {baseline:.1f} s")
-    return [Row(f"9. fails fast: {name}", f"{median(t):.2f} s", f"{baseline:.1f} s (MaxText's start)",
-                f"{median(t) / baseline:.3f}x", f"< {TARGET_S:.0f} s, one line", verdict(median(t) < TARGET_S),
-                [f"{reps} reps, alternating with the baseline"]) for name, t in times.items()]
+    return [
+        Row(
+            f"9. fails fast: {name}",
+            f"{median(t):.2f} s",
+            f"{baseline:.1f} s (MaxText's start)",
+            f"{median(t) / baseline:.3f}x",
+            f"< {TARGET_S:.0f} s, one line",
+            verdict(median(t) < TARGET_S),
+            [f"{reps} reps, alternating with the baseline"],
+        )
+        for name, t in times.items()
+    ]
 
 
 if __name__ == "__main__":

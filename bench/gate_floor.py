@@ -37,7 +37,7 @@ from stages.lib.params import load  # noqa: E402
 def kl_rows(reference: list[np.ndarray], candidate: list[np.ndarray]) -> tuple[float, float, tuple[int, int]]:
     """KL(reference || candidate): max, token-weighted mean, and (prompt, position) of the max."""
     per = []
-    for r, c in zip(reference, candidate):
+    for r, c in zip(reference, candidate, strict=True):
         lp, lq = gate.log_softmax(r), gate.log_softmax(c)
         per.append(np.sum(np.exp(lp) * (lp - lq), axis=-1))
     worst = max(range(len(per)), key=lambda i: per[i].max())
@@ -114,26 +114,33 @@ def main() -> None:
     logits = {
         "1. transformers as the check runs it": [o.logits[0].numpy() for o in as_is],
         f"2. input embedding x {folded:.4f} (bf16), not {exact:.4f}": [o.logits[0].numpy() for o in scaled],
-        f"3. and logits x {folded / exact:.6f} (MaxText's normaliser)": [o.logits[0].numpy() * (folded / exact)
-                                                                          for o in scaled],
+        f"3. and logits x {folded / exact:.6f} (MaxText's normaliser)": [
+            o.logits[0].numpy() * (folded / exact) for o in scaled
+        ],
     }
-    print(f"\nMaxText on {paths.BASE_MAXTEXT} vs transformers on {paths.BASE_HF}, float32, {len(prompts)} prompts "
-          f"({sum(map(len, prompts))} positions)\n")
+    print(
+        f"\nMaxText on {paths.BASE_MAXTEXT} vs transformers on {paths.BASE_HF}, float32, {len(prompts)} prompts "
+        f"({sum(map(len, prompts))} positions)\n"
+    )
     print(f"| {'transformers variant':58s} | KL max   | KL mean  | at (prompt, position)")
     print(f"|{'-' * 60}|----------|----------|----------------------")
     for label, candidate in logits.items():
         kl_max, kl_mean, where = kl_rows(candidate, maxtext)
         print(f"| {label:58s} | {kl_max:.2e} | {kl_mean:.2e} | {where}")
 
-    print("\nLayer by layer (transformers alone): relative change of each layer's output when the input scale is "
-          "MaxText's, at positions 0-2 of prompt 0, and the residual stream's largest |x| there")
-    print(f"| layer | rel. change pos 0 | pos 1 | pos 2 | max |x| pos 0 | pos 1 |")
+    print(
+        "\nLayer by layer (transformers alone): relative change of each layer's output when the input scale is "
+        "MaxText's, at positions 0-2 of prompt 0, and the residual stream's largest |x| there"
+    )
+    print("| layer | rel. change pos 0 | pos 1 | pos 2 | max |x| pos 0 | pos 1 |")
     print("|-------|-------------------|-------|-------|--------------|-------|")
-    for layer, (a, b) in enumerate(zip(as_is[0].hidden_states, scaled[0].hidden_states)):
+    for layer, (a, b) in enumerate(zip(as_is[0].hidden_states, scaled[0].hidden_states, strict=True)):
         a, b = a[0].numpy(), b[0].numpy()
         rel = np.linalg.norm(a - b, axis=-1) / np.linalg.norm(a, axis=-1)
-        print(f"| {layer:5d} | {rel[0]:17.2e} | {rel[1]:.2e} | {rel[2]:.2e} | {np.abs(a[0]).max():12.0f} | "
-              f"{np.abs(a[1]).max():5.0f} |")
+        print(
+            f"| {layer:5d} | {rel[0]:17.2e} | {rel[1]:.2e} | {rel[2]:.2e} | {np.abs(a[0]).max():12.0f} | "
+            f"{np.abs(a[1]).max():5.0f} |"
+        )
 
 
 def localise(maxtext_args, prompts, keeps=(0, 1, 2, 3, 6, 12, 13, 14, 15, 16, 17, 18)) -> None:
@@ -144,8 +151,10 @@ def localise(maxtext_args, prompts, keeps=(0, 1, 2, 3, 6, 12, 13, 14, 15, 16, 17
     import transformers
 
     short = prompts[:1]
-    print(f"\n| first k layers | KL per position of prompt 0 ({len(short[0])} tokens): MaxText vs transformers with "
-          "MaxText's constants")
+    print(
+        f"\n| first k layers | KL per position of prompt 0 ({len(short[0])} tokens): MaxText vs transformers with "
+        "MaxText's constants"
+    )
     for keep in keeps:
         model, mesh, batch = logit_check.maxtext_model(maxtext_args, short)
         truncate_maxtext(model, keep)

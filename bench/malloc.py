@@ -31,8 +31,13 @@ def train_once(root: Path, extra_env: dict) -> dict:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
     losses = tuple(sorted(train_losses(root).items()))  # {step: loss as logged}, hashable
-    return {"wall": run.seconds, "cpu": user + system, "system": system, "faults": after.ru_minflt - before.ru_minflt,
-            "losses": losses}
+    return {
+        "wall": run.seconds,
+        "cpu": user + system,
+        "system": system,
+        "faults": after.ru_minflt - before.ru_minflt,
+        "losses": losses,
+    }
 
 
 def bench(work: Path, rounds: int = 2) -> list[Row]:
@@ -41,24 +46,47 @@ def bench(work: Path, rounds: int = 2) -> list[Row]:
     train_once(root, {})  # compiles the train step into the workspace's cache: every timed run reads it
     runs: dict[str, list[dict]] = {"on": [], "off": []}
     for i in range(rounds):
-        for label in (("on", "off") if i % 2 == 0 else ("off", "on")):
+        for label in ("on", "off") if i % 2 == 0 else ("off", "on"):
             log(f"malloc: train, huge pages {label} (round {i + 1} of {rounds})")
             runs[label].append(train_once(root, {} if label == "on" else OFF))
-    medians = {label: {k: median([r[k] for r in found]) for k in ("wall", "cpu", "system", "faults")}
-               for label, found in runs.items()}
+    medians = {
+        label: {k: median([r[k] for r in found]) for k in ("wall", "cpu", "system", "faults")}
+        for label, found in runs.items()
+    }
     on, off = medians["on"], medians["off"]
     same = len({r["losses"] for found in runs.values() for r in found}) == 1
     notes = [f"every run's losses identical, step by step: {'yes' if same else 'NO'}"]
-    notes += [f"huge pages {label}: wall {m['wall']:.1f}, cpu {m['cpu']:.1f}, system {m['system']:.1f} s; "
-              f"{m['faults']:,.0f} page faults" for label, m in medians.items()]
+    notes += [
+        f"huge pages {label}: wall {m['wall']:.1f}, cpu {m['cpu']:.1f}, system {m['system']:.1f} s; "
+        f"{m['faults']:,.0f} page faults"
+        for label, m in medians.items()
+    ]
     return [
-        Row("16. huge pages for malloc: train stage CPU time (user + system), on vs off (tiny)", f"{on['cpu']:.1f} s",
-            f"{off['cpu']:.1f} s", f"{on['cpu'] / off['cpu']:.2f}x", "< 1x, same losses",
-            "met" if on["cpu"] < off["cpu"] and same else "MISSED", notes),
-        Row("16b. huge pages for malloc: train stage wall time, on vs off (tiny)", f"{on['wall']:.1f} s", f"{off['wall']:.1f} s",
-            f"{on['wall'] / off['wall']:.2f}x", "info", "info"),
-        Row("16c. huge pages for malloc: page faults, on vs off (tiny train stage)", f"{on['faults']:,.0f}",
-            f"{off['faults']:,.0f}", f"{on['faults'] / off['faults']:.3f}x", "info", "info"),
+        Row(
+            "16. huge pages for malloc: train stage CPU time (user + system), on vs off (tiny)",
+            f"{on['cpu']:.1f} s",
+            f"{off['cpu']:.1f} s",
+            f"{on['cpu'] / off['cpu']:.2f}x",
+            "< 1x, same losses",
+            "met" if on["cpu"] < off["cpu"] and same else "MISSED",
+            notes,
+        ),
+        Row(
+            "16b. huge pages for malloc: train stage wall time, on vs off (tiny)",
+            f"{on['wall']:.1f} s",
+            f"{off['wall']:.1f} s",
+            f"{on['wall'] / off['wall']:.2f}x",
+            "info",
+            "info",
+        ),
+        Row(
+            "16c. huge pages for malloc: page faults, on vs off (tiny train stage)",
+            f"{on['faults']:,.0f}",
+            f"{off['faults']:,.0f}",
+            f"{on['faults'] / off['faults']:.3f}x",
+            "info",
+            "info",
+        ),
     ]
 
 

@@ -67,7 +67,12 @@ def fill_outputs(root: Path, big: bool) -> None:
             elif big and out.name == "sft-hf":
                 shards = 9
                 for i in range(1, shards + 1):
-                    write(out / f"model-{i:05d}-of-{shards:05d}.safetensors", f"{out}:{i}", HF_EXPORT_BYTES // shards, block)
+                    write(
+                        out / f"model-{i:05d}-of-{shards:05d}.safetensors",
+                        f"{out}:{i}",
+                        HF_EXPORT_BYTES // shards,
+                        block,
+                    )
                 for side in ("config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors.index.json"):
                     write(out / side, f"{out}:{side}", 50_000, block)
             elif big and out.name == "sft-maxtext":
@@ -102,7 +107,7 @@ def bench(work: Path, reps: int = 3) -> list[Row]:
     big, empty = pipeline(work / "4b", big=True), pipeline(work / "empty", big=False)
     results = {(name, cmd): [] for name in ("4b", "empty") for cmd in ("status", "repro")}
     for i in range(reps):
-        for name, root in ((("4b", big), ("empty", empty)) if i % 2 == 0 else (("empty", empty), ("4b", big))):
+        for name, root in (("4b", big), ("empty", empty)) if i % 2 == 0 else (("empty", empty), ("4b", big)):
             for cmd in ("status", "repro"):
                 if name == "4b":
                     evict(root / "models")
@@ -120,14 +125,22 @@ def bench(work: Path, reps: int = 3) -> list[Row]:
         t4b, tempty = (median([s for s, _ in results[(n, cmd)]]) for n in ("4b", "empty"))
         read4b, read_empty = (max(r for _, r in results[(n, cmd)]) for n in ("4b", "empty"))
         ok = t4b < 2.0 and read4b < 0.01 * (HF_EXPORT_BYTES + CHECKPOINT_BYTES)
-        rows.append(Row(
-            f"2. nothing changed: `dvc {cmd}`, 4B-sized outputs vs empty pipeline", f"{t4b:.2f} s", f"{tempty:.2f} s",
-            f"{t4b / tempty:.2f}x", "< 2 s, no re-hashing",
-            verdict(ok, f"{t4b:.2f} s" if t4b >= 2.0 else f"read {read4b / GB:.1f} GB"),
-            [f"the dvc process read {read4b / 1e6:.0f} MB with 16.6 GB of outputs in place, {read_empty / 1e6:.0f} MB "
-             f"with empty ones: nothing was re-hashed (control: after `touch` of the outputs, `dvc status` read "
-             f"{control_read / GB:.1f} GB in {control_s:.1f} s); {reps} reps, alternating"],
-        ))
+        rows.append(
+            Row(
+                f"2. nothing changed: `dvc {cmd}`, 4B-sized outputs vs empty pipeline",
+                f"{t4b:.2f} s",
+                f"{tempty:.2f} s",
+                f"{t4b / tempty:.2f}x",
+                "< 2 s, no re-hashing",
+                verdict(ok, f"{t4b:.2f} s" if t4b >= 2.0 else f"read {read4b / GB:.1f} GB"),
+                [
+                    f"the dvc process read {read4b / 1e6:.0f} MB with 16.6 GB of outputs in place, "
+                    f"{read_empty / 1e6:.0f} MB "
+                    f"with empty ones: nothing was re-hashed (control: after `touch` of the outputs, `dvc status` read "
+                    f"{control_read / GB:.1f} GB in {control_s:.1f} s); {reps} reps, alternating"
+                ],
+            )
+        )
     return rows
 
 

@@ -25,6 +25,8 @@ from bench.synthetic import ultrachat_like  # noqa: E402
 
 RECIPE_MAX_LENGTH = 2048  # recipes/gemma3-4b-v6e-8.yaml train.max_target_length
 HOST_DEVICES = 8  # a v6e-8 VM: one host, 8 chips
+
+
 def worker(maxtext_args: list[str]) -> None:
     from absl import flags
 
@@ -36,8 +38,18 @@ def worker(maxtext_args: list[str]) -> None:
     for segments in segmentations:
         batches.append((int((segments > 0).sum()), segments.size, int(segments.max(axis=1).sum())))
     full = batches[:-1]
-    print("PACKING " + json.dumps({"real": sum(b[0] for b in full), "slots": sum(b[1] for b in full),
-                                   "batches": len(full), "rows": segments.shape[0], "conversations": sum(b[2] for b in full)}))
+    print(
+        "PACKING "
+        + json.dumps(
+            {
+                "real": sum(b[0] for b in full),
+                "slots": sum(b[1] for b in full),
+                "batches": len(full),
+                "rows": segments.shape[0],
+                "conversations": sum(b[2] for b in full),
+            }
+        )
+    )
 
 
 def measure(root: Path, data: Path, max_length: int, devices: int, per_device_batch: int = 1) -> dict:
@@ -101,13 +113,21 @@ def bench(work: Path) -> list[Row]:
     # shuffled epochs, as the train stage's stream does, so the last batch weighs little.
     tiny_rows = (root / "data" / "chat" / "train.jsonl").read_text().splitlines(keepends=True)
     tiny = work / "tiny-x10.jsonl"
-    tiny.write_text("".join(tiny_rows[i] for epoch in range(10) for i in random.Random(epoch).sample(range(len(tiny_rows)), len(tiny_rows))))
+    tiny.write_text(
+        "".join(
+            tiny_rows[i]
+            for epoch in range(10)
+            for i in random.Random(epoch).sample(range(len(tiny_rows)), len(tiny_rows))
+        )
+    )
     synthetic = work / "ultrachat-like.jsonl"
     synthetic.write_text("".join(json.dumps(r) + "\n" for r in ultrachat_like(2000)))
     lengths = {data: token_lengths(root / "models" / "base-hf", data) for data in (tiny, synthetic)}
     sl = sorted(lengths[synthetic])
-    shape = (f"synthetic: {len(sl)} conversations, length median {sl[len(sl) // 2]}, mean {sum(sl) / len(sl):.0f}, "
-             f"{sum(n > RECIPE_MAX_LENGTH for n in sl) / len(sl):.0%} over {RECIPE_MAX_LENGTH} (cut to it)")
+    shape = (
+        f"synthetic: {len(sl)} conversations, length median {sl[len(sl) // 2]}, mean {sum(sl) / len(sl):.0f}, "
+        f"{sum(n > RECIPE_MAX_LENGTH for n in sl) / len(sl):.0%} over {RECIPE_MAX_LENGTH} (cut to it)"
+    )
     rows = []
     for name, data, length, devices, per_device in (
         ("tiny chat set x10", tiny, RECIPE_MAX_LENGTH, HOST_DEVICES, 1),
@@ -124,17 +144,27 @@ def bench(work: Path) -> list[Row]:
             found[how] = measure(root, stream_file, length, devices, per_device)
         (before, m_before), (label, m) = found.items()
         fraction, was = m["real"] / m["slots"], m_before["real"] / m_before["slots"]
-        notes = [f"{m['conversations']} conversations in {m['batches']} batches of {m['rows']} x {length}; "
-                 f"shuffled: {m_before['conversations']} in {m_before['batches']} batches; "
-                 f"the farthest row moved {moved} places from its shuffled position"]
-        rows.append(Row(f"6. packing: {name}, max length {length}", f"{fraction:.3f} ({label})", f"{was:.3f} (shuffled)",
-                        f"{fraction / was:.3f}x", ">= 0.92", verdict(fraction >= 0.92, f"{fraction:.3f}"),
-                        notes + ([shape] if data == synthetic else [])))
+        notes = [
+            f"{m['conversations']} conversations in {m['batches']} batches of {m['rows']} x {length}; "
+            f"shuffled: {m_before['conversations']} in {m_before['batches']} batches; "
+            f"the farthest row moved {moved} places from its shuffled position"
+        ]
+        rows.append(
+            Row(
+                f"6. packing: {name}, max length {length}",
+                f"{fraction:.3f} ({label})",
+                f"{was:.3f} (shuffled)",
+                f"{fraction / was:.3f}x",
+                ">= 0.92",
+                verdict(fraction >= 0.92, f"{fraction:.3f}"),
+                notes + ([shape] if data == synthetic else []),
+            )
+        )
     return rows
 
 
 if __name__ == "__main__":
     if "--worker" in sys.argv:
-        worker(sys.argv[sys.argv.index("--") + 1:])
+        worker(sys.argv[sys.argv.index("--") + 1 :])
     else:
         run_alone("packing", bench)

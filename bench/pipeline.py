@@ -18,7 +18,6 @@ the shuffled stream, DVC hashing and caching the outputs, assembling the export)
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -59,11 +58,15 @@ def by_hand_commands(root: Path) -> list[tuple[list[str], dict]]:
         stream.write(os.path.join(paths.DATA, "train.jsonl"), data, t["seed"], t["num_epochs"], packing)
         final = work_dir / flags.SFT_RUN_NAME / "checkpoints" / str(t["steps"]) / "model_params"
         export = flags.convert_out(params, str(root / "by-hand-export"))
-        export = dataclasses.replace(export, args=[f"load_parameters_path={final}" if a.startswith("load_parameters_path=")
-                                                   else a for a in export.args])
-        return [(maxtext.command(flags.convert_in(params, paths.BASE_MAXTEXT)), env),
-                (maxtext.command(flags.train(params, str(work_dir), str(work_dir / "metrics.jsonl"), data)), env),
-                (maxtext.command(export), env)]
+        export = dataclasses.replace(
+            export,
+            args=[f"load_parameters_path={final}" if a.startswith("load_parameters_path=") else a for a in export.args],
+        )
+        return [
+            (maxtext.command(flags.convert_in(params, paths.BASE_MAXTEXT)), env),
+            (maxtext.command(flags.train(params, str(work_dir), str(work_dir / "metrics.jsonl"), data)), env),
+            (maxtext.command(export), env),
+        ]
     finally:
         os.chdir(here)
 
@@ -78,8 +81,14 @@ def run_pipeline(root: Path) -> dict:
     gates = sum(times[gate] for gate in GATES)
     no_by_hand = gates + times["fit_check"]
     train_metrics = json.loads((root / "dvclive" / "metrics.json").read_text())["run"]
-    return {"wall": run.seconds, "comparable": run.seconds - no_by_hand, "gate": gates,
-            "fit_check": times["fit_check"], "train": train_metrics, "peak_rss": run.peak_rss}
+    return {
+        "wall": run.seconds,
+        "comparable": run.seconds - no_by_hand,
+        "gate": gates,
+        "fit_check": times["fit_check"],
+        "train": train_metrics,
+        "peak_rss": run.peak_rss,
+    }
 
 
 def disk_ratio(root: Path) -> tuple[int, int]:
@@ -109,7 +118,7 @@ def bench_with_runtime_rss(work: Path, reps: int) -> tuple[list[Row], dict[str, 
     extras = {}
     order = "".join("BA" if i % 2 == 0 else "AB" for i in range(reps))
     for i in range(reps):
-        for side in order[2 * i: 2 * i + 2]:
+        for side in order[2 * i : 2 * i + 2]:
             root = prepared(work / f"{side}{i}")
             if side == "A":
                 log(f"pipeline: dvc repro (rep {i + 1}/{reps})")
@@ -134,22 +143,59 @@ def bench_with_runtime_rss(work: Path, reps: int) -> tuple[list[Row], dict[str, 
     step = median([r["train"]["median_step_time_s"] for r in a])
     outside_ok = "convert_in" not in v["ran"] and v["outside"] <= 0.05 * v["wall"]
     return [
-        Row("1. pipeline overhead: dvc repro vs MaxText by hand (tiny, clean)", f"{pipeline:.1f} s", f"{by_hand:.1f} s",
-            f"{overhead:.3f}x", "<= 1.05x", verdict(overhead <= 1.05),
-            [f"dvc repro wall {median([r['wall'] for r in a]):.1f} s, less the two gates and the fit check; "
-             f"{reps} rep(s) each, in the order {' '.join(order)}"]),
-        Row("1b. conversion and export checks (no by-hand equivalent)", f"{gate:.1f} s", f"{by_hand:.1f} s", f"{gate / by_hand:.3f}x",
-            "its own row", "info"),
-        Row("1c. evaluate stage (no by-hand equivalent)", f"{extras['evaluate']:.1f} s", f"{by_hand:.1f} s",
-            f"{extras['evaluate'] / by_hand:.3f}x", "its own row", "info"),
-        Row("3. variant: train-only change, time outside train + convert_out", f"{v['outside']:.1f} s",
-            f"{v['wall']:.1f} s", f"{v['outside'] / v['wall']:.3f}", "~0 (<= 5%), convert_in skipped",
+        Row(
+            "1. pipeline overhead: dvc repro vs MaxText by hand (tiny, clean)",
+            f"{pipeline:.1f} s",
+            f"{by_hand:.1f} s",
+            f"{overhead:.3f}x",
+            "<= 1.05x",
+            verdict(overhead <= 1.05),
+            [
+                f"dvc repro wall {median([r['wall'] for r in a]):.1f} s, less the two gates and the fit check; "
+                f"{reps} rep(s) each, in the order {' '.join(order)}"
+            ],
+        ),
+        Row(
+            "1b. conversion and export checks (no by-hand equivalent)",
+            f"{gate:.1f} s",
+            f"{by_hand:.1f} s",
+            f"{gate / by_hand:.3f}x",
+            "its own row",
+            "info",
+        ),
+        Row(
+            "1c. evaluate stage (no by-hand equivalent)",
+            f"{extras['evaluate']:.1f} s",
+            f"{by_hand:.1f} s",
+            f"{extras['evaluate'] / by_hand:.3f}x",
+            "its own row",
+            "info",
+        ),
+        Row(
+            "3. variant: train-only change, time outside train + convert_out",
+            f"{v['outside']:.1f} s",
+            f"{v['wall']:.1f} s",
+            f"{v['outside'] / v['wall']:.3f}",
+            "~0 (<= 5%), convert_in skipped",
             verdict(outside_ok, "" if "convert_in" not in v["ran"] else "convert_in ran"),
-            [f"`dvc exp run -S train.learning_rate=2e-3 convert_out` ran {', '.join(v['ran'])}"]),
-        Row("4. disk: workspace outputs + DVC cache vs distinct outputs", f"{used / GB:.3f} GB", f"{distinct / GB:.3f} GB",
-            f"{used / distinct:.3f}x", "<= 1.05x", verdict(used / distinct <= 1.05)),
-        Row("7. training throughput on this CPU (tiny)", f"{tokens:.0f} tokens/s/device", f"{step:.3f} s/step", "-",
-            "regression tracking", "info"),
+            [f"`dvc exp run -S train.learning_rate=2e-3 convert_out` ran {', '.join(v['ran'])}"],
+        ),
+        Row(
+            "4. disk: workspace outputs + DVC cache vs distinct outputs",
+            f"{used / GB:.3f} GB",
+            f"{distinct / GB:.3f} GB",
+            f"{used / distinct:.3f}x",
+            "<= 1.05x",
+            verdict(used / distinct <= 1.05),
+        ),
+        Row(
+            "7. training throughput on this CPU (tiny)",
+            f"{tokens:.0f} tokens/s/device",
+            f"{step:.3f} s/step",
+            "-",
+            "regression tracking",
+            "info",
+        ),
     ], a[0]["peak_rss"]
 
 

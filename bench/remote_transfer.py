@@ -20,8 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, Row, log, table, verdict  # noqa: E402
 from gcs_server import CLIENT_ENV, GcsServer  # noqa: E402  (tests/, on the path through common)
+
+from bench.common import ROOT, Row, log, table, verdict  # noqa: E402
 
 BUCKET = "bench-bucket"
 RAW = """
@@ -51,15 +52,20 @@ def make_export(path: Path, size_gb: float) -> None:
             while remaining > 0:
                 f.write(os.urandom(min(remaining, 64 << 20)))
                 remaining -= 64 << 20
-    for name, size in (("config.json", 2_000), ("tokenizer.json", 33_000_000), ("tokenizer_config.json", 130_000),
-                       ("model.safetensors.index.json", 40_000), ("generation_config.json", 200)):
+    for name, size in (
+        ("config.json", 2_000),
+        ("tokenizer.json", 33_000_000),
+        ("tokenizer_config.json", 130_000),
+        ("model.safetensors.index.json", 40_000),
+        ("generation_config.json", 200),
+    ):
         (path / name).write_bytes(os.urandom(size))
 
 
 def project_remote_settings() -> dict:
     config = configparser.ConfigParser()
     config.read(ROOT / ".dvc" / "config")
-    section = config['\'remote "gcs"\'']
+    section = config["'remote \"gcs\"'"]
     return {k: section[k] for k in ("jobs", "verify") if k in section}
 
 
@@ -79,21 +85,37 @@ def bench(work: Path, size_gb: float = 2.0, rounds: int = 3, overrides: dict | N
         server = GcsServer(work / f"gcs-{i}")
         server.start()
         server.create_bucket(BUCKET)
-        subprocess.run(dvc + ["remote", "add", "-f", "-d", "bench", f"gs://{BUCKET}/dvc"], cwd=repo, check=True, capture_output=True)
+        subprocess.run(
+            dvc + ["remote", "add", "-f", "-d", "bench", f"gs://{BUCKET}/dvc"],
+            cwd=repo,
+            check=True,
+            capture_output=True,
+        )
         for key, value in {"endpointurl": server.url, "allow_anonymous_login": "true", **settings}.items():
             subprocess.run(dvc + ["remote", "modify", "bench", key, value], cwd=repo, check=True)
         clone = work / f"clone-{i}"
         shutil.copytree(repo, clone, ignore=shutil.ignore_patterns("cache", "export"))
         raw_dest = work / f"raw-{i}"
+        # Each step is called in this iteration, with this round's server, clone and destination.
         steps = [
             ("dvc push", lambda: run(dvc + ["push", "-q"], repo)),
-            ("gcsfs put", lambda: run([sys.executable, "-c", RAW, server.url, "put", str(repo / "export"), f"{BUCKET}/raw/export"], repo)),
+            (
+                "gcsfs put",
+                lambda: run(
+                    [sys.executable, "-c", RAW, server.url, "put", str(repo / "export"), f"{BUCKET}/raw/export"], repo
+                ),
+            ),
             ("dvc pull", lambda: run(dvc + ["pull", "-q"], clone)),
-            ("gcsfs get", lambda: run([sys.executable, "-c", RAW, server.url, "get", f"{BUCKET}/raw/export", str(raw_dest)], work)),
+            (
+                "gcsfs get",
+                lambda: run(
+                    [sys.executable, "-c", RAW, server.url, "get", f"{BUCKET}/raw/export", str(raw_dest)], work
+                ),
+            ),
         ]
         pairs = [steps[:2], steps[2:]]
         for pair in pairs:
-            for name, step in (pair if i % 2 == 0 else pair[::-1]):
+            for name, step in pair if i % 2 == 0 else pair[::-1]:
                 times[name].append(step())
         server.stop()
         shutil.rmtree(work / f"gcs-{i}")
@@ -103,11 +125,19 @@ def bench(work: Path, size_gb: float = 2.0, rounds: int = 3, overrides: dict | N
 
     med = {k: statistics.median(v) for k, v in times.items()}
     rows = []
-    for direction, a, b in (("push", "dvc push", "gcsfs put"), ("pull", "dvc pull", "gcsfs get")):
+    for a, b in (("dvc push", "gcsfs put"), ("dvc pull", "gcsfs get")):
         ratio = med[a] / med[b]
-        rows.append(Row(f"8. remote: `{a}` vs raw gcsfs, {size_gb:g} GB export", f"{med[a]:.1f} s", f"{med[b]:.1f} s",
-                        f"{ratio:.2f}x", "<= 1.25x", verdict(ratio <= 1.25),
-                        [f"fake-gcs-server on 127.0.0.1, {rounds} rounds alternating, remote settings {settings}"]))
+        rows.append(
+            Row(
+                f"8. remote: `{a}` vs raw gcsfs, {size_gb:g} GB export",
+                f"{med[a]:.1f} s",
+                f"{med[b]:.1f} s",
+                f"{ratio:.2f}x",
+                "<= 1.25x",
+                verdict(ratio <= 1.25),
+                [f"fake-gcs-server on 127.0.0.1, {rounds} rounds alternating, remote settings {settings}"],
+            )
+        )
     return rows
 
 
@@ -115,8 +145,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size-gb", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a remote setting from .dvc/config (e.g. verify=false, jobs=4) to see what it costs")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a remote setting from .dvc/config (e.g. verify=false, jobs=4) to see what it costs",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-remote-", dir=os.environ.get("BENCH_TMP")) as work:
         print(table(bench(Path(work), args.size_gb, args.rounds, dict(kv.split("=", 1) for kv in args.set))))

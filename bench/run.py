@@ -22,18 +22,30 @@ import time
 import traceback
 from pathlib import Path
 
-from bench import compile_cache  # noqa: E402
-from bench import conversion  # noqa: E402
-from bench import fail_fast  # noqa: E402
-from bench import malloc  # noqa: E402
-from bench import no_change  # noqa: E402
-from bench import packing  # noqa: E402
-from bench import pipeline  # noqa: E402
-from bench import remote_transfer  # noqa: E402
-from bench import scale  # noqa: E402
+from bench import (
+    compile_cache,  # noqa: E402
+    conversion,  # noqa: E402
+    fail_fast,  # noqa: E402
+    malloc,  # noqa: E402
+    no_change,  # noqa: E402
+    packing,  # noqa: E402
+    pipeline,  # noqa: E402
+    remote_transfer,  # noqa: E402
+    scale,  # noqa: E402
+)
 from bench.common import GIB, Row, du, log, table  # noqa: E402
 
-BENCHMARKS = ("packing", "compile_cache", "malloc", "no_change", "fail_fast", "scale", "pipeline", "conversion", "remote")
+BENCHMARKS = (
+    "packing",
+    "compile_cache",
+    "malloc",
+    "no_change",
+    "fail_fast",
+    "scale",
+    "pipeline",
+    "conversion",
+    "remote",
+)
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 VERSIONS = ("maxtext", "google-tunix", "jax", "transformers", "grain", "dvc", "dvc-gs", "gcsfs")
 
@@ -68,8 +80,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default=",".join(BENCHMARKS), help=f"comma-separated, of: {', '.join(BENCHMARKS)}")
     parser.add_argument("--markdown", type=Path, help="record the table in this file (between the bench markers)")
-    parser.add_argument("--pipeline-reps", type=int, default=1,
-                        help="by-hand / dvc repro pairs for row 1; each pair is ~10 minutes on 2 cores")
+    parser.add_argument(
+        "--pipeline-reps",
+        type=int,
+        default=1,
+        help="by-hand / dvc repro pairs for row 1; each pair is ~10 minutes on 2 cores",
+    )
     parser.add_argument("--remote-gb", type=float, default=1.0)
     parser.add_argument("--remote-rounds", type=int, default=2)
     args = parser.parse_args()
@@ -114,8 +130,10 @@ def main() -> None:
     rows.sort(key=lambda r: r.name)
     minutes = (time.monotonic() - started) / 60
     command = "python -m bench.run " + " ".join(sys.argv[1:])
-    text = (f"Measured {datetime.date.today().isoformat()} in {minutes:.0f} minutes on {machine()}.\n"
-            f"Versions: {versions()}.\nRegenerate: `{command.strip()}`.\n\n{table(rows)}")
+    text = (
+        f"Measured {datetime.date.today().isoformat()} in {minutes:.0f} minutes on {machine()}.\n"
+        f"Versions: {versions()}.\nRegenerate: `{command.strip()}`.\n\n{table(rows)}"
+    )
     print("\n" + text)
     if args.markdown:
         record(args.markdown, text)

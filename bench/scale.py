@@ -42,8 +42,13 @@ def write_data(root: Path) -> Path:
 def configure(root: Path) -> None:
     from testkit.workspace import commit, set_param
 
-    for key, value in {"dataset.local_dir": "bigdata", "dataset.on_bad_row": "skip", "dataset.max_skipped_fraction": 0.01,
-                       "train.num_epochs": 1, "train.steps": 1000}.items():
+    for key, value in {
+        "dataset.local_dir": "bigdata",
+        "dataset.on_bad_row": "skip",
+        "dataset.max_skipped_fraction": 0.01,
+        "train.num_epochs": 1,
+        "train.steps": 1000,
+    }.items():
         set_param(root, key, value)
     commit(root, "full-size data")
 
@@ -52,8 +57,15 @@ def until_maxtext_starts(root: Path) -> float:
     """Seconds from `dvc repro train` to the train stage launching MaxText's trainer; then
     everything is killed, as a preemption would."""
     started = time.perf_counter()
-    proc = subprocess.Popen(["dvc", "repro", "train"], cwd=root, env=env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        ["dvc", "repro", "train"],
+        cwd=root,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     output = []
     for line in proc.stdout:
         output.append(line)
@@ -85,19 +97,45 @@ def bench(work: Path) -> list[Row]:
     restart = until_maxtext_starts(root)
     maxtext = timed([sys.executable, "-c", "import maxtext.trainers.post_train.sft.train_sft"], root).seconds
     shape = json.loads((root / "metrics" / "token_lengths.json").read_text())["train"]
-    note = (f"{counts['train']['rows']:,} rows kept, {counts['train']['skipped']} skipped (1 in {BAD_EVERY} made bad); "
-            f"{size / 1e9:.2f} GB; median {shape['median_tokens']} tokens, 90% under {shape['p90_tokens']}")
+    note = (
+        f"{counts['train']['rows']:,} rows kept, {counts['train']['skipped']} skipped (1 in {BAD_EVERY} made bad); "
+        f"{size / 1e9:.2f} GB; median {shape['median_tokens']} tokens, 90% under {shape['p90_tokens']}"
+    )
     return [
-        Row("10. scale: dataset stage, 207,865 rows", f"{dataset.seconds:.0f} s, {rss / GIB:.2f} GiB peak",
-            f"{reading:.1f} s to read the file", f"{dataset.seconds / reading:.0f}x", "<= 120 s, <= 2 GiB",
-            verdict(dataset.seconds <= 120 and rss <= 2 * GIB), [note]),
-        Row("10. scale: token_lengths stage, 207,865 rows", f"{lengths.seconds:.0f} s", f"{dataset.seconds:.0f} s (dataset)",
-            f"{lengths.seconds / dataset.seconds:.1f}x", "once per dataset and tokenizer", "info",
-            [f"{shape['tokens'] / 1e6:.0f}M tokens on {os.cpu_count()} cores"]),
-        Row("10. scale: train stage's first start, until MaxText starts", f"{first:.1f} s", f"{maxtext:.1f} s (MaxText's import)",
-            f"{first / maxtext:.2f}x", "info (writes the stream)", "info"),
-        Row("10. scale: train stage's restart, until MaxText starts", f"{restart:.1f} s", f"{maxtext:.1f} s (MaxText's import)",
-            f"{restart / maxtext:.2f}x", "< 10 s", verdict(restart < 10)),
+        Row(
+            "10. scale: dataset stage, 207,865 rows",
+            f"{dataset.seconds:.0f} s, {rss / GIB:.2f} GiB peak",
+            f"{reading:.1f} s to read the file",
+            f"{dataset.seconds / reading:.0f}x",
+            "<= 120 s, <= 2 GiB",
+            verdict(dataset.seconds <= 120 and rss <= 2 * GIB),
+            [note],
+        ),
+        Row(
+            "10. scale: token_lengths stage, 207,865 rows",
+            f"{lengths.seconds:.0f} s",
+            f"{dataset.seconds:.0f} s (dataset)",
+            f"{lengths.seconds / dataset.seconds:.1f}x",
+            "once per dataset and tokenizer",
+            "info",
+            [f"{shape['tokens'] / 1e6:.0f}M tokens on {os.cpu_count()} cores"],
+        ),
+        Row(
+            "10. scale: train stage's first start, until MaxText starts",
+            f"{first:.1f} s",
+            f"{maxtext:.1f} s (MaxText's import)",
+            f"{first / maxtext:.2f}x",
+            "info (writes the stream)",
+            "info",
+        ),
+        Row(
+            "10. scale: train stage's restart, until MaxText starts",
+            f"{restart:.1f} s",
+            f"{maxtext:.1f} s (MaxText's import)",
+            f"{restart / maxtext:.2f}x",
+            "< 10 s",
+            verdict(restart < 10),
+        ),
     ]
 
 

@@ -8,9 +8,11 @@ import json
 import random
 import sys
 
-WORDS = ("the model data train token answer question people water history system language light number city "
-         "world time river music energy school market plant health computer science story value power game "
-         "because however between through during without against another example important different").split()
+WORDS = (
+    "the model data train token answer question people water history system language light number city "
+    "world time river music energy school market plant health computer science story value power game "
+    "because however between through during without against another example important different"
+).split()
 
 
 def ultrachat_like(n: int, seed: int = 0) -> list[dict]:

@@ -13,7 +13,6 @@ Either way the checkpoint is checked to be one MaxText can represent exactly bef
 published, so a wrong architecture fails here rather than after conversion.
 """
 
-
 import os
 
 from stages.lib import families, gguf_source, hardware, hub, outputs, paths

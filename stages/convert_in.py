@@ -44,11 +44,16 @@ def check_conversion(params: dict, converted_dir: str) -> None:
     failures = gate.threshold_failures(report, params["convert_in"]["check"])
     outputs.write_json(METRICS, gate.metrics(report, not failures, "conversion"))
     if failures:
-        raise StageFailed(f"the conversion check failed ({'; '.join(failures)}): MaxText on the converted checkpoint "
-                          f"computes differently from transformers on {paths.BASE_HF}, so training would start from a "
-                          f"different model. Details per prompt in {METRICS}; nothing was written to {OUT}")
-    print(f"convert_in: conversion check passed (max KL {report['kl_max']:.2g}, mean {report['kl_mean']:.2g}, top-1 "
-          f"agreement {report['top1_agreement']:.4f})", flush=True)
+        raise StageFailed(
+            f"the conversion check failed ({'; '.join(failures)}): MaxText on the converted checkpoint "
+            f"computes differently from transformers on {paths.BASE_HF}, so training would start from a "
+            f"different model. Details per prompt in {METRICS}; nothing was written to {OUT}"
+        )
+    print(
+        f"convert_in: conversion check passed (max KL {report['kl_max']:.2g}, mean {report['kl_mean']:.2g}, top-1 "
+        f"agreement {report['top1_agreement']:.4f})",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -61,8 +66,13 @@ def main() -> None:
     size = checkpoint.parameter_count(paths.BASE_HF) * checkpoint.DTYPE_BYTES[params["convert_in"]["save_dtype"]]
     hardware.check_output_disk(OUT, 1.1 * size, "the MaxText checkpoint")
     with outputs.staged_dir(OUT) as tmp:
-        maxtext.run("convert_in", flags.convert_in(params, tmp), params,
-                    progress=maxtext.log_progress("convert_in", "converting weights:"), progress_every=5.0)
+        maxtext.run(
+            "convert_in",
+            flags.convert_in(params, tmp),
+            params,
+            progress=maxtext.log_progress("convert_in", "converting weights:"),
+            progress_every=5.0,
+        )
         if not os.path.exists(os.path.join(paths.converted_params(tmp), "commit_success.txt")):
             raise StageFailed(f"{flags.TO_MAXTEXT} exited 0 but wrote no complete checkpoint (no commit_success.txt)")
         check_conversion(params, tmp)

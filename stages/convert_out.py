@@ -49,11 +49,15 @@ def failure_message(failures: list[str]) -> str:
     elif any(f.startswith("LoRA merge") for f in failures):
         cause = "the merged weights (stages/in_maxtext/merge_lora.py) do not compute what the adapter does"
     else:
-        cause = ("the export's weights, rounded exactly as exported, compute differently in transformers than in "
-                 "MaxText: a tensor mapped wrongly, or a config field the two libraries read differently")
-    return (f"the export check failed ({'; '.join(failures)}): {cause}. Details per prompt in {METRICS}; nothing was "
-            f"written to {OUT}. The trained parameters ({paths.SFT_MAXTEXT}) are cached: once the cause is fixed, "
-            "`dvc repro` re-runs convert_out and evaluate only")
+        cause = (
+            "the export's weights, rounded exactly as exported, compute differently in transformers than in "
+            "MaxText: a tensor mapped wrongly, or a config field the two libraries read differently"
+        )
+    return (
+        f"the export check failed ({'; '.join(failures)}): {cause}. Details per prompt in {METRICS}; nothing was "
+        f"written to {OUT}. The trained parameters ({paths.SFT_MAXTEXT}) are cached: once the cause is fixed, "
+        "`dvc repro` re-runs convert_out and evaluate only"
+    )
 
 
 def main() -> None:
@@ -70,22 +74,33 @@ def main() -> None:
     with outputs.staged_dir(OUT) as tmp:
         report_path = os.path.join(os.path.dirname(tmp), f".export_check-{os.getpid()}.json")
         try:
-            maxtext.run("convert_out", flags.export_job(params, tmp, report_path), params,
-                        progress=maxtext.log_progress("convert_out", "converting weights:"), progress_every=5.0)
+            maxtext.run(
+                "convert_out",
+                flags.export_job(params, tmp, report_path),
+                params,
+                progress=maxtext.log_progress("convert_out", "converting weights:"),
+                progress_every=5.0,
+            )
             with open(report_path) as f:
                 report = json.load(f)
         finally:
             outputs.remove(report_path)
         t, seconds = report.pop("tensors"), report.pop("seconds")
-        print(f"convert_out: {flags.TO_HUGGINGFACE} done in {seconds['conversion']:.1f} s; assembled "
-              f"{t['fine_tuned']} fine-tuned tensors and {t['from_base']} from the base", flush=True)
+        print(
+            f"convert_out: {flags.TO_HUGGINGFACE} done in {seconds['conversion']:.1f} s; assembled "
+            f"{t['fine_tuned']} fine-tuned tensors and {t['from_base']} from the base",
+            flush=True,
+        )
         print(f"convert_out.check: stages.in_maxtext.logit_check done in {seconds['check']:.1f} s", flush=True)
         failures = gate.failures(report, c["check"])
         outputs.write_json(METRICS, gate.metrics(report, passed=not failures))
         if failures:
             raise StageFailed(failure_message(failures))
-    print(f"convert_out: export check passed (max KL {report['kl_max']:.2g}, top-1 agreement "
-          f"{report['top1_agreement']:.4f}); wrote {OUT}", flush=True)
+    print(
+        f"convert_out: export check passed (max KL {report['kl_max']:.2g}, top-1 agreement "
+        f"{report['top1_agreement']:.4f}); wrote {OUT}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

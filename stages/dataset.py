@@ -72,8 +72,11 @@ def main() -> None:
             write_split(selection, rows, limit, os.path.join(tmp, f"{name}.jsonl"))
             skipped += [{"split": name, **s} for s in selection.skipped]
             counts[name] = {"rows": selection.kept, "skipped": len(selection.skipped)}
-            print(f"dataset: {name}: {selection.kept} conversations from {where}"
-                  + (f", {len(selection.skipped)} bad rows skipped (data/chat/{SKIPPED})" if selection.skipped else ""), flush=True)
+            print(
+                f"dataset: {name}: {selection.kept} conversations from {where}"
+                + (f", {len(selection.skipped)} bad rows skipped (data/chat/{SKIPPED})" if selection.skipped else ""),
+                flush=True,
+            )
         with open(os.path.join(tmp, SKIPPED), "w", encoding="utf-8") as f:
             f.writelines(json.dumps(s, ensure_ascii=False) + "\n" for s in skipped)
     outputs.write_json(METRICS, counts)

@@ -29,19 +29,39 @@ def evaluation(params: dict) -> dict:
         report, prompts = os.path.join(work, "evaluation.json"), os.path.join(work, "prompts.json")
         with open(prompts, "w") as f:
             json.dump(list(params["evaluate"]["prompts"]), f)
-        invocation = flags.loss_and_answers(params, report, {"base": paths.BASE_MAXTEXT_PARAMS, "fine_tuned": paths.SFT_PARAMS},
-                                      {"base": paths.BASE_HF, "fine_tuned": paths.SFT_HF}, prompts, work)
+        invocation = flags.loss_and_answers(
+            params,
+            report,
+            {"base": paths.BASE_MAXTEXT_PARAMS, "fine_tuned": paths.SFT_PARAMS},
+            {"base": paths.BASE_HF, "fine_tuned": paths.SFT_HF},
+            prompts,
+            work,
+        )
         maxtext.run("evaluate", invocation, params)
         with open(report) as f:
             return json.load(f)
 
 
 def write_generations(prompts: list[str], base: list[str], tuned: list[str]) -> None:
-    lines = ["# Greedy generations: base vs fine-tuned", "",
-             "Written by the evaluate stage (`python -m stages.evaluate`) from `evaluate.prompts`.", ""]
-    for i, (prompt, b, t) in enumerate(zip(prompts, base, tuned), start=1):
-        lines += [f"## {i}. {prompt}", "", "**base**", "", "> " + (b or "(nothing)").replace("\n", "\n> "), "",
-                  "**fine-tuned**", "", "> " + (t or "(nothing)").replace("\n", "\n> "), ""]
+    lines = [
+        "# Greedy generations: base vs fine-tuned",
+        "",
+        "Written by the evaluate stage (`python -m stages.evaluate`) from `evaluate.prompts`.",
+        "",
+    ]
+    for i, (prompt, b, t) in enumerate(zip(prompts, base, tuned, strict=True), start=1):
+        lines += [
+            f"## {i}. {prompt}",
+            "",
+            "**base**",
+            "",
+            "> " + (b or "(nothing)").replace("\n", "\n> "),
+            "",
+            "**fine-tuned**",
+            "",
+            "> " + (t or "(nothing)").replace("\n", "\n> "),
+            "",
+        ]
     outputs.write_text(GENERATIONS, "\n".join(lines))
 
 
@@ -56,11 +76,18 @@ def main() -> None:
     write_generations(e["prompts"], found["generations"]["base"], found["generations"]["fine_tuned"])
     # Under "eval", as the held-out split's row and token counts are in metrics/dataset.json
     # and metrics/token_lengths.json: one group of columns in `dvc metrics show`.
-    outputs.write_json(METRICS, {"eval": {
-        "base_loss": base["loss"], "fine_tuned_loss": tuned["loss"],
-        "base_perplexity": base["perplexity"], "fine_tuned_perplexity": tuned["perplexity"],
-        "target_tokens": tuned["target_tokens"],
-    }})
+    outputs.write_json(
+        METRICS,
+        {
+            "eval": {
+                "base_loss": base["loss"],
+                "fine_tuned_loss": tuned["loss"],
+                "base_perplexity": base["perplexity"],
+                "fine_tuned_perplexity": tuned["perplexity"],
+                "target_tokens": tuned["target_tokens"],
+            }
+        },
+    )
     print(f"evaluate: wrote {METRICS}, {GENERATIONS}", flush=True)
 
 

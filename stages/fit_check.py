@@ -54,9 +54,15 @@ def raise_if_out_of_memory(log_text: str) -> None:
     """XLA's compile-time out-of-memory error, as DoesNotFit saying by how much."""
     oom = OOM.search(log_text)
     if oom:
-        what, needed, available = oom.group(1), float(oom.group(2)) * UNIT[oom.group(3)], float(oom.group(4)) * UNIT[oom.group(5)]
-        raise DoesNotFit(f"its {what} alone need {needed / GIB:.1f} GiB per chip, over the chip's HBM "
-                         f"({available / GIB:.1f} GiB) by {(needed - available) / GIB:.1f} GiB")
+        what, needed, available = (
+            oom.group(1),
+            float(oom.group(2)) * UNIT[oom.group(3)],
+            float(oom.group(4)) * UNIT[oom.group(5)],
+        )
+        raise DoesNotFit(
+            f"its {what} alone need {needed / GIB:.1f} GiB per chip, over the chip's HBM "
+            f"({available / GIB:.1f} GiB) by {(needed - available) / GIB:.1f} GiB"
+        )
     if "RESOURCE_EXHAUSTED" in log_text:
         line = next(ln for ln in log_text.splitlines() if "RESOURCE_EXHAUSTED" in ln)
         raise DoesNotFit(line.split("RESOURCE_EXHAUSTED:", 1)[1].strip()[:300])
@@ -71,14 +77,20 @@ def parse(log_text: str, hbm_bytes: float) -> dict:
     total = s["argument"] + s["output"] + s["temp"] - s["alias"] + s["generated_code"]
     report = {
         "fits": total <= hbm_bytes,
-        "per_chip_gib": {"arguments": s["argument"] / GIB, "temporaries": s["temp"] / GIB,
-                        "code": s["generated_code"] / GIB, "total": total / GIB},
+        "per_chip_gib": {
+            "arguments": s["argument"] / GIB,
+            "temporaries": s["temp"] / GIB,
+            "code": s["generated_code"] / GIB,
+            "total": total / GIB,
+        },
         "hbm_gib": hbm_bytes / GIB,
         "hbm_used_percent": 100 * total / hbm_bytes,
         "headroom_gib": (hbm_bytes - total) / GIB,
     }
     if not report["fits"]:
-        raise DoesNotFit(f"needs {total / GIB:.1f} GiB per chip, over the chip's HBM by {(total - hbm_bytes) / GIB:.1f} GiB")
+        raise DoesNotFit(
+            f"needs {total / GIB:.1f} GiB per chip, over the chip's HBM by {(total - hbm_bytes) / GIB:.1f} GiB"
+        )
     return report
 
 
@@ -95,8 +107,11 @@ def compile_once(params: dict, overrides: dict | None = None) -> dict:
             if not finished_before_failing(text):
                 raise_if_out_of_memory(text)
                 raise
-            print("fit_check: the compile finished; its process was killed on the way out (libtpu's exit "
-                  f"watchdog), which changes none of its figures (log: {e.log_path})", flush=True)
+            print(
+                "fit_check: the compile finished; its process was killed on the way out (libtpu's exit "
+                f"watchdog), which changes none of its figures (log: {e.log_path})",
+                flush=True,
+            )
             log = e.log_path
         with open(log, errors="replace") as f:
             return parse(f.read(), hbm)
@@ -144,7 +159,8 @@ def does_not_fit(params: dict, why: DoesNotFit) -> DoesNotFit:
     return DoesNotFit(
         f"train.per_device_batch_size={t['per_device_batch_size']}, max_target_length={t['max_target_length']} "
         f"does not fit a {params['hardware']['kind']}: {why}. Find what does: "
-        "python -m stages.fit_check --search per_device_batch_size")
+        "python -m stages.fit_check --search per_device_batch_size"
+    )
 
 
 def main() -> None:
@@ -166,11 +182,16 @@ def main() -> None:
         report = compile_once(params)
     except DoesNotFit as e:
         raise does_not_fit(params, e) from None
-    outputs.write_json(METRICS, {"fit": {"applicable": True, "hardware": kind, **report}})  # fit.* in `dvc metrics show`
+    outputs.write_json(
+        METRICS, {"fit": {"applicable": True, "hardware": kind, **report}}
+    )  # fit.* in `dvc metrics show`
     g = report["per_chip_gib"]
-    print(f"fit_check: fits a {kind}: {g['total']:.1f} of {report['hbm_gib']:.0f} GiB per chip "
-          f"({report['hbm_used_percent']:.0f}%: arguments {g['arguments']:.1f}, temporaries {g['temporaries']:.1f}, "
-          f"code {g['code']:.2f}); headroom {report['headroom_gib']:.1f} GiB", flush=True)
+    print(
+        f"fit_check: fits a {kind}: {g['total']:.1f} of {report['hbm_gib']:.0f} GiB per chip "
+        f"({report['hbm_used_percent']:.0f}%: arguments {g['arguments']:.1f}, temporaries {g['temporaries']:.1f}, "
+        f"code {g['code']:.2f}); headroom {report['headroom_gib']:.1f} GiB",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -25,8 +25,13 @@ SPLITS = ("train", "eval")
 def summary(lengths: np.ndarray) -> dict:
     # Keyed like metrics/dataset.json ({split: {"rows": ...}}), so `dvc metrics show` puts
     # both files' row counts in one column.
-    return {"rows": int(len(lengths)), "tokens": int(lengths.sum()), "median_tokens": int(np.median(lengths)),
-            "p90_tokens": int(np.percentile(lengths, 90)), "max_tokens": int(lengths.max())}
+    return {
+        "rows": int(len(lengths)),
+        "tokens": int(lengths.sum()),
+        "median_tokens": int(np.median(lengths)),
+        "p90_tokens": int(np.percentile(lengths, 90)),
+        "max_tokens": int(lengths.max()),
+    }
 
 
 def main() -> None:
@@ -39,8 +44,12 @@ def main() -> None:
         report = {split: summary(np.load(os.path.join(tmp, f"{split}.npy"))) for split in SPLITS}
     outputs.write_json(METRICS, report)
     t = report["train"]
-    print(f"token_lengths: {t['rows']} training conversations, median {t['median_tokens']} tokens, 90% under {t['p90_tokens']}, "
-          f"longest {t['max_tokens']}; wrote {paths.LENGTHS}", flush=True)
+    print(
+        f"token_lengths: {t['rows']} training conversations, median {t['median_tokens']} tokens, 90% under "
+        f"{t['p90_tokens']}, "
+        f"longest {t['max_tokens']}; wrote {paths.LENGTHS}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -42,7 +42,19 @@ Reading it: main() below is the run in order; each step's module, in the order i
 import os
 import sys
 
-from stages.lib import checkpoint, families, flags, hardware, launch, maxtext, outputs, paths, train_data, train_metrics, workdir
+from stages.lib import (
+    checkpoint,
+    families,
+    flags,
+    hardware,
+    launch,
+    maxtext,
+    outputs,
+    paths,
+    train_data,
+    train_metrics,
+    workdir,
+)
 from stages.lib.cli import run
 from stages.lib.errors import StageFailed
 from stages.lib.params import load
@@ -98,8 +110,10 @@ def train(params: dict, work: workdir.Workdir, curve: train_metrics.Curve) -> No
     if total not in work.complete_steps():
         logged = train_metrics.steps(work.metrics_file)
         raise StageFailed(
-            f"training stopped at step {int(logged[-1]['step']) if logged else 0} of {total} without a final checkpoint; "
-            f"if the data ran out, raise train.num_epochs (now {params['train']['num_epochs']}) or lower train.steps")
+            f"training stopped at step {int(logged[-1]['step']) if logged else 0} of {total} without a final "
+            "checkpoint; "
+            f"if the data ran out, raise train.num_epochs (now {params['train']['num_epochs']}) or lower train.steps"
+        )
 
 
 def publish(params: dict, work: workdir.Workdir) -> None:
@@ -118,8 +132,11 @@ def keep_profile(params: dict, work: workdir.Workdir) -> None:
     if params["runtime"]["profile_steps"] and work.fs.exists(work.profile):
         outputs.remove(PROFILE)
         work.fetch(work.profile, os.path.join(PROFILE, "plugins", "profile"))
-        print(f"train: profile of {params['runtime']['profile_steps']} steps in {PROFILE}/ "
-              f"(open it: xprof --logdir {PROFILE})", flush=True)
+        print(
+            f"train: profile of {params['runtime']['profile_steps']} steps in {PROFILE}/ "
+            f"(open it: xprof --logdir {PROFILE})",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -128,15 +145,19 @@ def main() -> None:
     work = workdir.for_params(params)
     if "--dry-run" in sys.argv:
         if one_process(params):
-            maxtext.dry_run("train", flags.train(params, work.url, work.metrics_file, train_data.stream_names(params, work)[0]),
-                            params)
+            maxtext.dry_run(
+                "train",
+                flags.train(params, work.url, work.metrics_file, train_data.stream_names(params, work)[0]),
+                params,
+            )
         else:
             invocation = job(params, work, train_data.stream_names(params, work), upload=False)
             maxtext.dry_run("train", invocation, params, plan=launch.describe(params, invocation, work.name))
         return
     hardware.check_present(params)
-    hardware.check_training_disk(params, work.url, checkpoint.parameter_count(paths.BASE_HF), paths.SFT_MAXTEXT,
-                                 flags.lora_enabled(params))
+    hardware.check_training_disk(
+        params, work.url, checkpoint.parameter_count(paths.BASE_HF), paths.SFT_MAXTEXT, flags.lora_enabled(params)
+    )
     truncated = train_data.count_truncated(params)
     with work.lock():
         print(f"train: working directory {work.url}", flush=True)
@@ -144,8 +165,11 @@ def main() -> None:
         for other in work.others():
             # Not deleted: going back to those params resumes it. Said, because on a 4B run
             # each holds tens of GB.
-            print(f"train: note: {other} is left from an interrupted run with other inputs; "
-                  "delete it unless you will go back to those params", flush=True)
+            print(
+                f"train: note: {other} is left from an interrupted run with other inputs; "
+                "delete it unless you will go back to those params",
+                flush=True,
+            )
         curve = train_metrics.Curve()
         train(params, work, curve)
         publish(params, work)
@@ -153,7 +177,12 @@ def main() -> None:
         done = train_metrics.steps(work.metrics_file)
         evaluations = train_metrics.evals(work.metrics_file, params["train"]["eval_interval"])
         curve.add(done, evaluations)  # what the last poll did not see
-        curve.end({**train_metrics.summary(done, evaluations, params["hardware"]["kind"]), "conversations_truncated": truncated})
+        curve.end(
+            {
+                **train_metrics.summary(done, evaluations, params["hardware"]["kind"]),
+                "conversations_truncated": truncated,
+            }
+        )
         if not params["runtime"]["keep_scratch"]:
             work.remove()
     print(f"train: wrote {paths.SFT_MAXTEXT} and {train_metrics.LIVE_DIR}/", flush=True)

@@ -4,6 +4,7 @@ import json
 import os
 from pathlib import Path
 
+
 def run_dir(tmp_path_factory) -> Path:
     """The directory every worker of this test run shares (pytest-xdist gives each worker its
     own base directory inside it); without xdist, the base directory itself."""

@@ -26,6 +26,7 @@ DATA = REPO / "tests" / "data"
 VENV_BIN = Path(sys.executable).parent
 GIT_ID = ["-c", "user.name=tests", "-c", "user.email=tests@example.invalid"]
 
+
 def env(**extra) -> dict:
     e = dict(os.environ)
     e["PATH"] = f"{VENV_BIN}{os.pathsep}{e['PATH']}"  # `python` and `dvc` in stage commands = this venv
@@ -47,7 +48,9 @@ def sh(args, cwd, check=True, timeout=1800, **env_extra) -> subprocess.Completed
     proc = subprocess.run(args, cwd=cwd, env=env(**env_extra), capture_output=True, text=True, timeout=timeout)
     proc.elapsed = time.monotonic() - started
     if check and proc.returncode != 0:
-        raise AssertionError(f"{args} exited {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}")
+        raise AssertionError(
+            f"{args} exited {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}"
+        )
     return proc
 
 
@@ -62,8 +65,13 @@ RUN_RESULTS = ("dvc.lock", "metrics/", "plots/", "eval/", "dvclive/")
 
 
 def project_files() -> list[str]:
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [f for f in out.split("\0") if f and (REPO / f).is_file() and not f.startswith(RUN_RESULTS)]
 
 
@@ -80,15 +88,18 @@ def copy_project(root: Path, recipe: str = "tiny", compile_cache: Path | None = 
     commit(root, "project")
     return root
 
+
 def with_real_4b_config(root: Path) -> Path:
     """models/base-hf as far as the checks and flags need it: google/gemma-3-4b-it's
     config.json and an index naming its tensors in the Hub's layout (no weights)."""
     base = root / "models" / "base-hf"
     base.mkdir(parents=True, exist_ok=True)
     (base / "config.json").write_text((DATA / "gemma-3-4b-it.config.json").read_text())
-    (base / "model.safetensors.index.json").write_text(json.dumps(
-        {"weight_map": {"language_model.model.embed_tokens.weight": "model-00001-of-00002.safetensors"}}))
+    (base / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"language_model.model.embed_tokens.weight": "model-00001-of-00002.safetensors"}})
+    )
     return root
+
 
 def run_pipeline(root: Path, *args: str, **env_extra) -> SimpleNamespace:
     """`dvc repro` in root, results committed to its git repo like a user would."""
@@ -102,6 +113,7 @@ def run_pipeline(root: Path, *args: str, **env_extra) -> SimpleNamespace:
     commit(root, "dvc repro")
     return SimpleNamespace(path=root, output=proc.stdout + proc.stderr, seconds=proc.elapsed, watch=watch)
 
+
 def clone_workspace(tiny_run, parent: Path, cache: Path | None = None) -> Path:
     """A git clone of tiny_run sharing its DVC cache (or using `cache`), outputs checked out:
     free to modify."""
@@ -110,6 +122,7 @@ def clone_workspace(tiny_run, parent: Path, cache: Path | None = None) -> Path:
     sh(["dvc", "cache", "dir", "--local", str(cache or tiny_run.path / ".dvc" / "cache")], root)
     sh(["dvc", "checkout", "-q"], root)
     return root
+
 
 def sha256s(directory: Path) -> dict:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir()) if p.is_file()}
@@ -139,6 +152,7 @@ def run_queue(root: Path, names: list[str], timeout: float = 1800) -> str:
             asked = time.monotonic()
         assert time.monotonic() < deadline, sh(["dvc", "queue", "status"], root).stdout
         time.sleep(2)
+
 
 def apply(root: Path, name: str) -> None:
     """`dvc exp apply NAME` and the outputs it names checked out, as a user takes an experiment."""

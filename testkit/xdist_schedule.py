@@ -12,13 +12,24 @@ loadscope, which still keeps every group on one worker (the order is then xdist'
 # Files whose tests change a shared fixture run on one worker: both `dvc exp apply` in the
 # experiments' workspace; the others run commands in tiny_run's own workspace (DVC's lock
 # is per workspace) or read every file in it.
-SAME_WORKER = {"test_golden.py": "test_experiments.py",
-               **dict.fromkeys(["test_plots.py", "test_publish.py", "test_export.py", "test_secrets.py"], "test_pipeline.py")}
+SAME_WORKER = {
+    "test_golden.py": "test_experiments.py",
+    **dict.fromkeys(["test_plots.py", "test_publish.py", "test_export.py", "test_secrets.py"], "test_pipeline.py"),
+}
 # The longest files first (minutes, measured), so that the two workers end together. The
 # second needs no tiny_run: it runs while the first worker builds it.
-LONGEST_FIRST = ["test_small.py", "test_faults.py", "test_tpu_recipe.py", "test_experiments.py", "test_multihost.py",
-                 "test_remote.py", "test_pipeline.py", "test_spot.py", "test_tiny_family_runs_the_whole_pipeline",
-                 "test_roundtrip.py"]
+LONGEST_FIRST = [
+    "test_small.py",
+    "test_faults.py",
+    "test_tpu_recipe.py",
+    "test_experiments.py",
+    "test_multihost.py",
+    "test_remote.py",
+    "test_pipeline.py",
+    "test_spot.py",
+    "test_tiny_family_runs_the_whole_pipeline",
+    "test_roundtrip.py",
+]
 
 
 # Tests that share nothing with the rest of their file and each run a whole pipeline: each

@@ -26,8 +26,19 @@ import pytest
 
 from testkit.built_once import built_once, run_dir
 from testkit.process_watch import CANARY_TOKEN
-from testkit.workspace import (GRID, EXPERIMENTS, REPO, clone_workspace, commit, copy_project, run_pipeline, run_queue,
-                               set_param, sh, with_real_4b_config)
+from testkit.workspace import (
+    EXPERIMENTS,
+    GRID,
+    REPO,
+    clone_workspace,
+    commit,
+    copy_project,
+    run_pipeline,
+    run_queue,
+    set_param,
+    sh,
+    with_real_4b_config,
+)
 
 pytest_plugins = ["testkit.xdist_schedule"]
 
@@ -102,12 +113,21 @@ def tiny_run(workspace, tmp_path_factory) -> SimpleNamespace:
         set_param(root, "runtime.profile_steps", 2)
         commit(root, "profile two steps")
         run = run_pipeline(root, HF_TOKEN=CANARY_TOKEN)
-        return {"path": str(run.path), "output": run.output, "seconds": run.seconds,
-                "seen_commands": sorted(run.watch.seen_commands), "leaks": run.watch.leaks}
+        return {
+            "path": str(run.path),
+            "output": run.output,
+            "seconds": run.seconds,
+            "seen_commands": sorted(run.watch.seen_commands),
+            "leaks": run.watch.leaks,
+        }
 
     run = built_once(tmp_path_factory, "tiny-run", build)
-    return SimpleNamespace(path=Path(run["path"]), output=run["output"], seconds=run["seconds"],
-                           watch=SimpleNamespace(seen_commands=set(run["seen_commands"]), leaks=run["leaks"]))
+    return SimpleNamespace(
+        path=Path(run["path"]),
+        output=run["output"],
+        seconds=run["seconds"],
+        watch=SimpleNamespace(seen_commands=set(run["seen_commands"]), leaks=run["leaks"]),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -137,4 +157,6 @@ def experiments(tiny_run, tmp_path_factory) -> SimpleNamespace:
     queued = sh([sys.executable, "-m", "tools.grid", *GRID], root).stdout
     status = run_queue(root, EXPERIMENTS)
     logs = {name: sh(["dvc", "queue", "logs", name], root).stdout for name in EXPERIMENTS}
-    return SimpleNamespace(root=root, queued=queued, status=status, logs=logs)  # (on one worker only: SAME_WORKER above)
+    return SimpleNamespace(
+        root=root, queued=queued, status=status, logs=logs
+    )  # (on one worker only: SAME_WORKER above)

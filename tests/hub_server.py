@@ -45,13 +45,13 @@ import base64
 import functools
 import hashlib
 import json
-import os
 import logging
+import os
 import re
 import shutil
 import threading
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -109,7 +109,7 @@ def _digests(path: Path, mtime_ns: int, size: int) -> tuple[str, str]:
 
 
 def _iso_date(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
 def _file_entry(snapshot: Path, rel: str) -> dict:
@@ -338,7 +338,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self._validate_yaml(json.loads(body))
             elif url.path == "/api/repos/create" and self.command == "POST":
                 self._create_repo(json.loads(body))
-            elif (match := _API_URL.fullmatch(url.path)) and match["op"] in ("preupload", "commit") and self.command == "POST":
+            elif (
+                (match := _API_URL.fullmatch(url.path))
+                and match["op"] in ("preupload", "commit")
+                and self.command == "POST"
+            ):
                 getattr(self, f"_{match['op']}")(**_unquoted(match), body=body)
             elif (match := _LFS_BATCH_URL.fullmatch(url.path)) and self.command == "POST":
                 self._lfs_batch(**_unquoted(match), request=json.loads(body))
@@ -417,12 +421,20 @@ class _Handler(BaseHTTPRequestHandler):
         user = self.server.hub._users.get(self._token())
         if user is None:
             raise HubError(401, None, "Invalid credentials in Authorization header")
-        self._send_json({"type": "user", "name": user.name, "orgs": [{"name": o, "type": "org"} for o in user.orgs],
-                         "auth": {"type": "access_token", "accessToken": {"displayName": "tests", "role": user.role}}})
+        self._send_json(
+            {
+                "type": "user",
+                "name": user.name,
+                "orgs": [{"name": o, "type": "org"} for o in user.orgs],
+                "auth": {"type": "access_token", "accessToken": {"displayName": "tests", "role": user.role}},
+            }
+        )
 
     def _create_repo(self, request: dict) -> None:
         hub = self.server.hub
-        namespace = request.get("organization") or (hub._users[self._token()].name if self._token() in hub._users else "")
+        namespace = request.get("organization") or (
+            hub._users[self._token()].name if self._token() in hub._users else ""
+        )
         hub._writer(self._token(), namespace)
         repo_type = request.get("type") or "model"
         repo_id = f"{namespace}/{request['name']}"
@@ -455,8 +467,14 @@ class _Handler(BaseHTTPRequestHandler):
                 meta, errors = None, [{"message": f"invalid YAML: {e}"}]
             if not errors and not isinstance(meta, dict):
                 errors.append({"message": "metadata must be a YAML mapping"})
-            for key, kinds in (("library_name", str), ("pipeline_tag", str), ("license", str),
-                               ("tags", list), ("datasets", list), ("base_model", (str, list))):
+            for key, kinds in (
+                ("library_name", str),
+                ("pipeline_tag", str),
+                ("license", str),
+                ("tags", list),
+                ("datasets", list),
+                ("base_model", (str, list)),
+            ):
                 if isinstance(meta, dict) and key in meta and not isinstance(meta[key], kinds):
                     errors.append({"message": f'"{key}" must be {kinds}'})
         self._send_json({"errors": errors, "warnings": []}, 400 if errors else 200)
@@ -473,8 +491,14 @@ class _Handler(BaseHTTPRequestHandler):
             oid = None
             if _within(snapshot, f["path"]):
                 entry = _file_entry(snapshot, f["path"])
-                oid = entry["lfs"]["oid"] if lfs and "lfs" in entry else (entry["oid"] if not lfs else _sha256(snapshot / f["path"]))
-            files.append({"path": f["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid})
+                oid = (
+                    entry["lfs"]["oid"]
+                    if lfs and "lfs" in entry
+                    else (entry["oid"] if not lfs else _sha256(snapshot / f["path"]))
+                )
+            files.append(
+                {"path": f["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid}
+            )
         self._send_json({"files": files, "commitOid": snapshot.name})
 
     def _lfs_batch(self, repo_id: str, request: dict, types: str = "models") -> None:
@@ -525,8 +549,13 @@ class _Handler(BaseHTTPRequestHandler):
             (repo_dir / "refs" / "main").write_text(sha)
             hub.commits.append((repo_id, sha))
         prefix = "" if repo_type == "model" else f"{repo_type}s/"
-        self._send_json({"commitUrl": f"http://{self.headers['Host']}/{prefix}{repo_id}/commit/{sha}", "commitOid": sha,
-                         "success": True})
+        self._send_json(
+            {
+                "commitUrl": f"http://{self.headers['Host']}/{prefix}{repo_id}/commit/{sha}",
+                "commitOid": sha,
+                "success": True,
+            }
+        )
 
     def _send_file(self, path: Path, size: int, headers: dict[str, str]) -> None:
         """Sends the file, or the single byte range asked for as `Range: bytes=<start>-[<end>]`."""

@@ -51,8 +51,11 @@ def fake_base(config_changes: dict, weights: bool = True):
         config["text_config"].update(config_changes)
         (base / "config.json").write_text(json.dumps(config))
         if weights:
-            (base / "model.safetensors.index.json").write_text(json.dumps(
-                {"weight_map": {"language_model.model.embed_tokens.weight": "model-00001-of-00001.safetensors"}}))
+            (base / "model.safetensors.index.json").write_text(
+                json.dumps(
+                    {"weight_map": {"language_model.model.embed_tokens.weight": "model-00001-of-00001.safetensors"}}
+                )
+            )
 
     return apply
 
@@ -64,33 +67,109 @@ def params_case(key_path, value):
     return edit_params(change)
 
 
-
-
 # (id, stage, break the workspace, the message's telling part)
 CASES = [
-    ("unknown-key", "base_model", edit_params(lambda p: p["train"].update(setps=5)), "train.setps: unknown key (did you mean train.steps?)"),
-    ("wrong-type", "base_model", params_case(("train", "steps"), "ten"), "train.steps: expected an integer >= 1, got 'ten'"),
-    ("out-of-range", "base_model", params_case(("train", "learning_rate"), 0), "train.learning_rate: expected a number > 0"),
-    ("bad-choice", "base_model", params_case(("model", "maxtext_name"), "llama3-8b"), "model.maxtext_name: expected one of gemma3-4b"),
+    (
+        "unknown-key",
+        "base_model",
+        edit_params(lambda p: p["train"].update(setps=5)),
+        "train.setps: unknown key (did you mean train.steps?)",
+    ),
+    (
+        "wrong-type",
+        "base_model",
+        params_case(("train", "steps"), "ten"),
+        "train.steps: expected an integer >= 1, got 'ten'",
+    ),
+    (
+        "out-of-range",
+        "base_model",
+        params_case(("train", "learning_rate"), 0),
+        "train.learning_rate: expected a number > 0",
+    ),
+    (
+        "bad-choice",
+        "base_model",
+        params_case(("model", "maxtext_name"), "llama3-8b"),
+        "model.maxtext_name: expected one of gemma3-4b",
+    ),
     ("missing-key", "base_model", params_case(("train", "seed"), DELETE), "train.seed: missing"),
-    ("not-yaml", "base_model", lambda root: (root / "params.yaml").write_text("train: [steps: 1\n"), "params.yaml: not valid YAML"),
-    ("hub-without-revision", "base_model",
-     edit_params(lambda p: p["base_model"].update(source="hub", repo_id="google/gemma-3-4b-it", tiny_seed=None)),
-     "base_model.revision: must be set when base_model.source is hub"),
-    ("branch-not-commit", "base_model",
-     edit_params(lambda p: p["base_model"].update(source="hub", repo_id="google/gemma-3-4b-it", revision="main")),
-     "base_model.revision: expected a 40-character commit hash"),
-    ("split-file-missing", "dataset", params_case(("dataset", "eval_split"), "validation"), "validation.jsonl not found"),
-    ("not-json", "dataset", write_rows([GOOD, GOOD, '{"messages": [oops'], ), "train.jsonl, row 3: not valid JSON"),
-    ("unknown-role", "dataset", write_rows([GOOD, msgs(("user", "Hi"), ("bot", "Hello."))]), "row 2: messages[1].role: 'bot' is not one of"),
-    ("not-alternating", "dataset", write_rows([msgs(("user", "a"), ("user", "b"), ("assistant", "c"))]), "row 1: messages[1].role: expected assistant"),
-    ("empty-content", "dataset", write_rows([GOOD, msgs(("user", "  "), ("assistant", "c"))]), "row 2: messages[0].content: must be a non-empty string"),
-    ("system-not-first", "dataset", write_rows([msgs(("user", "a"), ("system", "b"), ("assistant", "c"))]), "row 1: messages[1]: a system message is only allowed first"),
-    ("ends-with-user", "dataset", write_rows([msgs(("user", "a"), ("assistant", "b"), ("user", "c"))]), "row 1: the last message must be from the assistant"),
+    (
+        "not-yaml",
+        "base_model",
+        lambda root: (root / "params.yaml").write_text("train: [steps: 1\n"),
+        "params.yaml: not valid YAML",
+    ),
+    (
+        "hub-without-revision",
+        "base_model",
+        edit_params(lambda p: p["base_model"].update(source="hub", repo_id="google/gemma-3-4b-it", tiny_seed=None)),
+        "base_model.revision: must be set when base_model.source is hub",
+    ),
+    (
+        "branch-not-commit",
+        "base_model",
+        edit_params(lambda p: p["base_model"].update(source="hub", repo_id="google/gemma-3-4b-it", revision="main")),
+        "base_model.revision: expected a 40-character commit hash",
+    ),
+    (
+        "split-file-missing",
+        "dataset",
+        params_case(("dataset", "eval_split"), "validation"),
+        "validation.jsonl not found",
+    ),
+    (
+        "not-json",
+        "dataset",
+        write_rows(
+            [GOOD, GOOD, '{"messages": [oops'],
+        ),
+        "train.jsonl, row 3: not valid JSON",
+    ),
+    (
+        "unknown-role",
+        "dataset",
+        write_rows([GOOD, msgs(("user", "Hi"), ("bot", "Hello."))]),
+        "row 2: messages[1].role: 'bot' is not one of",
+    ),
+    (
+        "not-alternating",
+        "dataset",
+        write_rows([msgs(("user", "a"), ("user", "b"), ("assistant", "c"))]),
+        "row 1: messages[1].role: expected assistant",
+    ),
+    (
+        "empty-content",
+        "dataset",
+        write_rows([GOOD, msgs(("user", "  "), ("assistant", "c"))]),
+        "row 2: messages[0].content: must be a non-empty string",
+    ),
+    (
+        "system-not-first",
+        "dataset",
+        write_rows([msgs(("user", "a"), ("system", "b"), ("assistant", "c"))]),
+        "row 1: messages[1]: a system message is only allowed first",
+    ),
+    (
+        "ends-with-user",
+        "dataset",
+        write_rows([msgs(("user", "a"), ("assistant", "b"), ("user", "c"))]),
+        "row 1: the last message must be from the assistant",
+    ),
     ("wrong-column", "dataset", write_rows([{"conversations": GOOD["messages"]}]), "row 1: no 'messages' column"),
     ("empty-split", "dataset", write_rows([]), "no rows; an empty split cannot be trained"),
-    ("no-base-checkpoint", "convert_in", lambda root: None, "models/base-hf/config.json: not found; run the base_model stage first"),
-    ("no-base-weights", "convert_in", fake_base({}, weights=False), "no model.safetensors.index.json or model.safetensors"),
+    (
+        "no-base-checkpoint",
+        "convert_in",
+        lambda root: None,
+        "models/base-hf/config.json: not found; run the base_model stage first",
+    ),
+    (
+        "no-base-weights",
+        "convert_in",
+        fake_base({}, weights=False),
+        "no model.safetensors.index.json or model.safetensors",
+    ),
     ("unsupported-activation", "convert_in", fake_base({"hidden_activation": "gelu"}), "hidden_activation='gelu'"),
 ]
 
@@ -140,7 +219,8 @@ def test_grid_refuses_a_bad_variant_before_queuing_any(workspace):
     proc = sh([sys.executable, "-m", "tools.grid", "train.learning_rate=1e-3,-1", "train.stpes=40"], root, check=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "grid: error: train.learning_rate=1e-3 train.stpes=40: train.stpes: unknown key (did you mean train.steps?)"]
+        "grid: error: train.learning_rate=1e-3 train.stpes=40: train.stpes: unknown key (did you mean train.steps?)"
+    ]
     proc = sh([sys.executable, "-m", "tools.grid", "train.learning_rate=1e-3,-1"], root, check=False)
     assert "train.learning_rate=-1: train.learning_rate: expected a number > 0" in proc.stderr
     assert "queued" not in proc.stdout

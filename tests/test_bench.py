@@ -12,7 +12,10 @@ def test_every_stage_reports_its_time_and_the_bench_reads_it(tiny_run):
     times = common.stage_seconds(tiny_run.output)
     assert ALL_STAGES <= times.keys(), times
     # MaxText's runs inside stages are timed on their own (bench/pipeline.py subtracts the two gates).
-    assert "convert_out.check:stages.in_maxtext.logit_check" in times and "train:maxtext.trainers.post_train.sft.train_sft" in times
+    assert (
+        "convert_out.check:stages.in_maxtext.logit_check" in times
+        and "train:maxtext.trainers.post_train.sft.train_sft" in times
+    )
     assert 0 < times["convert_in.check:stages.in_maxtext.logit_check"] < times["convert_in"]
     assert 0 < times["convert_out.check:stages.in_maxtext.logit_check"] < times["convert_out"]
     assert sum(times[s] for s in ALL_STAGES) < tiny_run.seconds
@@ -22,7 +25,9 @@ def test_recording_replaces_only_the_generated_table(tmp_path):
     doc = tmp_path / "benchmarks.md"
     run.record(doc, "first table")
     assert "first table" in doc.read_text()
-    doc.write_text("# Benchmarks\n\nWritten by hand.\n\n" + doc.read_text().split("\n\n", 1)[1] + "\nAnalysis, by hand.\n")
+    doc.write_text(
+        "# Benchmarks\n\nWritten by hand.\n\n" + doc.read_text().split("\n\n", 1)[1] + "\nAnalysis, by hand.\n"
+    )
     run.record(doc, "second table")
     text = doc.read_text()
     assert "second table" in text and "first table" not in text

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from stages.lib.dvc_yaml import declared as declared_by
 from stages.lib.params import leaf_paths
 from stages.lib.workdir import IDENTIFIED_BY_INPUTS
-from stages.lib.dvc_yaml import declared as declared_by
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
@@ -52,7 +52,11 @@ def test_every_param_a_stage_reads_is_declared_by_it(tiny_run, params_read_log):
         allowed = [*HOW_TO_RUN, *declared(name)]
         # train names its working directory by what made models/base-maxtext (the convert_in
         # params), a declared dependency of it: stages/lib/workdir.py.
-        allowed += [k for path, maker in IDENTIFIED_BY_INPUTS.items() if path in STAGES[name]["deps"] for k in declared(maker)]
+        allowed += [
+            k for path, maker in IDENTIFIED_BY_INPUTS.items() if path in STAGES[name]["deps"] for k in declared(maker)
+        ]
         # A section read on the way to one of its keys (params["train"]["steps"]) is not a read of the section.
-        undeclared = sorted(k for k in read[name] if not covered(k, allowed) and not any(a.startswith(k + ".") for a in allowed))
+        undeclared = sorted(
+            k for k in read[name] if not covered(k, allowed) and not any(a.startswith(k + ".") for a in allowed)
+        )
         assert undeclared == [], f"stage {name} reads {undeclared} but dvc.yaml does not declare them"

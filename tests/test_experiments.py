@@ -28,10 +28,14 @@ def exp_rows(root) -> dict:
 
 
 def test_the_grid_queues_runs_and_reports_every_variant(experiments):
-    assert [line.split()[2] for line in experiments.queued.splitlines() if line.startswith("grid: queued ")] == EXPERIMENTS
-    assert "Failed" not in experiments.status and experiments.status.count("Success") == len(EXPERIMENTS), experiments.status
+    assert [
+        line.split()[2] for line in experiments.queued.splitlines() if line.startswith("grid: queued ")
+    ] == EXPERIMENTS
+    assert "Failed" not in experiments.status and experiments.status.count("Success") == len(EXPERIMENTS), (
+        experiments.status
+    )
     rows = exp_rows(experiments.root)
-    for name, lora in zip(EXPERIMENTS, (True, False)):
+    for name, lora in zip(EXPERIMENTS, (True, False), strict=True):
         train = rows[name]["params"]["params.yaml"]["train"]
         assert train["learning_rate"] == 5e-3 and train["lora"]["enabled"] is lora, (name, train)
         assert rows[name]["metrics"]["metrics/eval.json"]["eval"]["fine_tuned_loss"] > 0
@@ -39,7 +43,10 @@ def test_the_grid_queues_runs_and_reports_every_variant(experiments):
 
 def test_a_train_param_reruns_train_and_what_follows(experiments):
     for name in EXPERIMENTS:
-        assert stages_run(experiments.logs[name]) == ["train", "convert_out", "evaluate"], (name, experiments.logs[name][-2000:])
+        assert stages_run(experiments.logs[name]) == ["train", "convert_out", "evaluate"], (
+            name,
+            experiments.logs[name][-2000:],
+        )
 
 
 def test_two_experiments_differ_in_their_param_and_metrics(experiments):
@@ -51,11 +58,24 @@ def test_two_experiments_differ_in_their_param_and_metrics(experiments):
         m = row["metrics"]
         # (mfu too on a TPU; on CPU there is no peak to divide by, and DVC drops the null)
         run = m["dvclive/metrics.json"]["run"]
-        assert {"final_loss", "median_tokens_per_sec_per_device", "median_step_time_s", "tflops_per_sec_per_device"} <= set(run)
+        assert {
+            "final_loss",
+            "median_tokens_per_sec_per_device",
+            "median_step_time_s",
+            "tflops_per_sec_per_device",
+        } <= set(run)
         assert {"loss", "learning_rate", "grad_norm"} <= set(m["dvclive/metrics.json"]["train"])
-        assert {"base_loss", "base_perplexity", "fine_tuned_loss", "fine_tuned_perplexity"} <= set(m["metrics/eval.json"]["eval"])
-    assert a["metrics"]["dvclive/metrics.json"]["run"]["final_loss"] != b["metrics"]["dvclive/metrics.json"]["run"]["final_loss"]
-    assert a["metrics"]["metrics/eval.json"]["eval"]["fine_tuned_loss"] != b["metrics"]["metrics/eval.json"]["eval"]["fine_tuned_loss"]
+        assert {"base_loss", "base_perplexity", "fine_tuned_loss", "fine_tuned_perplexity"} <= set(
+            m["metrics/eval.json"]["eval"]
+        )
+    assert (
+        a["metrics"]["dvclive/metrics.json"]["run"]["final_loss"]
+        != b["metrics"]["dvclive/metrics.json"]["run"]["final_loss"]
+    )
+    assert (
+        a["metrics"]["metrics/eval.json"]["eval"]["fine_tuned_loss"]
+        != b["metrics"]["metrics/eval.json"]["eval"]["fine_tuned_loss"]
+    )
 
 
 def test_applying_an_experiment_restores_its_weights(experiments):

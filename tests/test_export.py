@@ -43,11 +43,15 @@ def test_export_loads_with_transformers_and_generates(tiny_run):
     model, info = transformers.AutoModelForImageTextToText.from_pretrained(export_dir, output_loading_info=True)
     assert info["missing_keys"] == set() or not info["missing_keys"]
     assert not info["unexpected_keys"]
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 3 plus 4?"}],
-                                           add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 3 plus 4?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
     with torch.no_grad():
         out = model.generate(**prompt, max_new_tokens=8, do_sample=False)
-    answer = out[0, prompt["input_ids"].shape[1]:].tolist()
+    answer = out[0, prompt["input_ids"].shape[1] :].tolist()
     assert 0 < len(answer) <= 8
     if len(answer) < 8:  # stopped early: only on the chat template's end of turn, as trained
         eos = model.generation_config.eos_token_id
@@ -80,19 +84,33 @@ def test_export_has_every_base_tensor_and_the_trained_weights(tiny_run):
 
     def close(exported, expected):
         expected = np.asarray(expected, np.float32)
-        np.testing.assert_allclose(exported.astype(np.float32), expected, rtol=2**-7, atol=2**-7 * np.abs(expected).max() * 1e-2)
+        np.testing.assert_allclose(
+            exported.astype(np.float32), expected, rtol=2**-7, atol=2**-7 * np.abs(expected).max() * 1e-2
+        )
 
     # Tensor by tensor, MaxText layout -> HF layout, written out independently of MaxText's mapping:
     # MaxText stores the embedding scaled by sqrt(hidden) and RMSNorm scales as 1 + w.
-    close(sft[f"{lm}embed_tokens.weight"], np.asarray(mt["token_embedder"]["embedding"]["value"]) / np.float32(ml_dtypes.bfloat16(hidden**0.5)))
+    close(
+        sft[f"{lm}embed_tokens.weight"],
+        np.asarray(mt["token_embedder"]["embedding"]["value"]) / np.float32(ml_dtypes.bfloat16(hidden**0.5)),
+    )
     close(sft[f"{lm}norm.weight"], np.asarray(d["decoder_norm"]["scale"]["value"]) - 1)
     rem = d["layers_remainder"]["layers_0"]  # HF layer 6 (layers 0-5 are scanned)
-    close(sft[f"{lm}layers.6.self_attn.q_proj.weight"], np.asarray(rem["self_attention"]["query"]["kernel"]["value"]).reshape(hidden, -1).T)
+    close(
+        sft[f"{lm}layers.6.self_attn.q_proj.weight"],
+        np.asarray(rem["self_attention"]["query"]["kernel"]["value"]).reshape(hidden, -1).T,
+    )
     close(sft[f"{lm}layers.6.mlp.gate_proj.weight"], np.asarray(rem["mlp"]["wi_0"]["kernel"]["value"]).T)
     close(sft[f"{lm}layers.6.pre_feedforward_layernorm.weight"], np.asarray(rem["pre_ffw_norm"]["scale"]["value"]) - 1)
     scanned = d["layers"]["layers_0"]  # HF layer 0; axis 1 is the scan axis
-    close(sft[f"{lm}layers.0.self_attn.k_proj.weight"], np.asarray(scanned["self_attention"]["key"]["kernel"]["value"])[:, 0].reshape(hidden, -1).T)
-    close(sft[f"{lm}layers.0.self_attn.k_norm.weight"], np.asarray(scanned["self_attention"]["key_norm"]["scale"]["value"])[:, 0] - 1)
+    close(
+        sft[f"{lm}layers.0.self_attn.k_proj.weight"],
+        np.asarray(scanned["self_attention"]["key"]["kernel"]["value"])[:, 0].reshape(hidden, -1).T,
+    )
+    close(
+        sft[f"{lm}layers.0.self_attn.k_norm.weight"],
+        np.asarray(scanned["self_attention"]["key_norm"]["scale"]["value"])[:, 0] - 1,
+    )
     # ...and training really changed them.
     assert not np.array_equal(base[f"{lm}layers.6.mlp.gate_proj.weight"], sft[f"{lm}layers.6.mlp.gate_proj.weight"])
 
@@ -132,7 +150,7 @@ def rejected(tiny_run, tmp_path_factory) -> dict:
         checked = convert_out.check_exports(load(), exports)
     finally:
         os.chdir(cwd)
-    return dict(zip(("wrong_rope", "scale_embedding"), checked))
+    return dict(zip(("wrong_rope", "scale_embedding"), checked, strict=True))
 
 
 def test_check_rejects_the_tables_rope_theta(rejected):
@@ -160,7 +178,9 @@ def test_a_conversion_the_gate_refuses_is_not_published(workspace, tiny_base):
     proc = sh([sys.executable, "-m", "stages.convert_in"], root, check=False)
     assert proc.returncode != 0
     errors = [line for line in proc.stderr.splitlines() if line.startswith("convert_in:")]
-    assert len(errors) == 1 and "the conversion check failed (max KL" in errors[0] and "> 1e-30" in errors[0], proc.stderr
+    assert len(errors) == 1 and "the conversion check failed (max KL" in errors[0] and "> 1e-30" in errors[0], (
+        proc.stderr
+    )
     assert "Traceback" not in proc.stderr
     assert not (root / "models" / "base-maxtext").exists()
     assert not list((root / "models").glob(".base-maxtext*"))  # nor its staging directory or report

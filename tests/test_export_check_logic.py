@@ -44,13 +44,16 @@ def test_a_near_tie_is_not_a_disagreement_but_a_real_flip_is():
     assert gate.compare(ref, cand, tie_margin=0.0)["top1_agreement"] == 0.0
 
 
-@pytest.mark.parametrize("report,failing", [
-    ({"kl_max": 3e-4, "kl_mean": 1e-5, "top1_agreement": 1.0}, ["max KL 0.0003 > 0.00025"]),
-    ({"kl_max": 1e-4, "kl_mean": 7e-5, "top1_agreement": 1.0}, ["mean KL 7e-05 > 6e-05"]),
-    ({"kl_max": 1e-4, "kl_mean": 1e-5, "top1_agreement": 0.98}, ["top-1 agreement 0.9800 < 0.99"]),
-    ({"kl_max": 1.0, "kl_mean": 1.0, "top1_agreement": 0.5}, ["max KL", "mean KL", "top-1 agreement"]),
-    ({"kl_max": 2.5e-4, "kl_mean": 6e-5, "top1_agreement": 0.99}, []),  # the limits themselves pass
-])
+@pytest.mark.parametrize(
+    "report,failing",
+    [
+        ({"kl_max": 3e-4, "kl_mean": 1e-5, "top1_agreement": 1.0}, ["max KL 0.0003 > 0.00025"]),
+        ({"kl_max": 1e-4, "kl_mean": 7e-5, "top1_agreement": 1.0}, ["mean KL 7e-05 > 6e-05"]),
+        ({"kl_max": 1e-4, "kl_mean": 1e-5, "top1_agreement": 0.98}, ["top-1 agreement 0.9800 < 0.99"]),
+        ({"kl_max": 1.0, "kl_mean": 1.0, "top1_agreement": 0.5}, ["max KL", "mean KL", "top-1 agreement"]),
+        ({"kl_max": 2.5e-4, "kl_mean": 6e-5, "top1_agreement": 0.99}, []),  # the limits themselves pass
+    ],
+)
 def test_each_limit_is_its_own_failure(report, failing):
     said = gate.threshold_failures(report, LIMITS)
-    assert len(said) == len(failing) and all(s.startswith(f) for s, f in zip(said, failing)), said
+    assert len(said) == len(failing) and all(s.startswith(f) for s, f in zip(said, failing, strict=True)), said

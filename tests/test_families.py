@@ -34,16 +34,26 @@ def maxtext_model_config(name: str) -> dict:
     return yaml.safe_load(Path(maxtext_asset("configs", "models", f"{name}.yml")).read_text())
 
 
-@pytest.mark.parametrize("config_file, name", [("Llama-3.1-8B-Instruct.config.json", "llama3.1-8b"),
-                                               ("Qwen3-8B.config.json", "qwen3-8b")])
+@pytest.mark.parametrize(
+    "config_file, name", [("Llama-3.1-8B-Instruct.config.json", "llama3.1-8b"), ("Qwen3-8B.config.json", "qwen3-8b")]
+)
 def test_flags_for_the_real_checkpoint_reproduce_maxtexts_own_model_config(tmp_path, config_file, name):
     """For the recipes' real config.json, every architecture key MaxText's own model file
     sets comes out the same from the checkpoint (the flags then describe that model)."""
     args = dict(a.split("=", 1) for a in families.maxtext_model_args(base_with(tmp_path, config_file), name))
     own = maxtext_model_config(name)
     compared = [k for k in args if k in own]
-    assert {"base_emb_dim", "base_mlp_dim", "base_num_decoder_layers", "base_num_query_heads", "head_dim",
-            "vocab_size", "rope_max_timescale", "normalization_layer_epsilon", "logits_via_embedding"} <= set(compared)
+    assert {
+        "base_emb_dim",
+        "base_mlp_dim",
+        "base_num_decoder_layers",
+        "base_num_query_heads",
+        "head_dim",
+        "vocab_size",
+        "rope_max_timescale",
+        "normalization_layer_epsilon",
+        "logits_via_embedding",
+    } <= set(compared)
     for key in compared:
         ours = yaml.safe_load(args[key])
         assert (float(ours) if isinstance(ours, str) else ours) == own[key], key  # YAML 1.1 reads 1e-05 as text
@@ -54,24 +64,43 @@ def test_llama_3_1_rope_scaling_is_maxtexts_and_3_2s_is_refused(tmp_path):
     assert "rope_use_scale=true" in args
     with pytest.raises(CheckpointError) as e:  # Llama 3.2 1B: factor 32, which MaxText hard-codes as 8
         families.maxtext_model_args(base_with(tmp_path, "Llama-3.2-1B-Instruct.config.json"), "llama3.1-8b")
-    assert "\n" not in str(e.value) and "'factor': 32.0" in str(e.value) and "not convertible by MaxText" in str(e.value)
-    no_scaling = families.maxtext_model_args(base_with(tmp_path, "Llama-3.1-8B-Instruct.config.json", {"rope_scaling": None}),
-                                             "llama3.1-8b")
+    assert (
+        "\n" not in str(e.value) and "'factor': 32.0" in str(e.value) and "not convertible by MaxText" in str(e.value)
+    )
+    no_scaling = families.maxtext_model_args(
+        base_with(tmp_path, "Llama-3.1-8B-Instruct.config.json", {"rope_scaling": None}), "llama3.1-8b"
+    )
     assert "rope_use_scale=false" in no_scaling  # Llama 3.0: plain RoPE
 
 
-@pytest.mark.parametrize("config_file, name, changes, named", [
-    ("Llama-3.1-8B-Instruct.config.json", "llama3.1-8b", {"attention_bias": True}, "attention_bias=True"),
-    ("Llama-3.1-8B-Instruct.config.json", "llama3.1-8b", {"hidden_act": "gelu"}, "hidden_act='gelu'"),
-    ("Llama-3.1-8B-Instruct.config.json", "llama3.1-8b",
-     {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_scaling type 'dynamic'"),
-    ("Qwen3-8B.config.json", "qwen3-8b", {"use_sliding_window": True}, "use_sliding_window=True"),
-    ("Qwen3-8B.config.json", "qwen3-8b", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
-                                                           "original_max_position_embeddings": 32768}}, "'yarn'"),
-    ("Qwen3-8B.config.json", "qwen3-8b", {"model_type": "qwen2"}, "model_type='qwen2' (a Qwen 3 checkpoint has 'qwen3')"),
-    ("Qwen3-8B.config.json", "gemma3-4b", {}, "not convertible by MaxText as gemma3-4b: model_type='qwen3'"),
-    ("Llama-3.1-8B-Instruct.config.json", "qwen3-8b", {}, "model_type='llama' (a Qwen 3 checkpoint has 'qwen3')"),
-])
+@pytest.mark.parametrize(
+    "config_file, name, changes, named",
+    [
+        ("Llama-3.1-8B-Instruct.config.json", "llama3.1-8b", {"attention_bias": True}, "attention_bias=True"),
+        ("Llama-3.1-8B-Instruct.config.json", "llama3.1-8b", {"hidden_act": "gelu"}, "hidden_act='gelu'"),
+        (
+            "Llama-3.1-8B-Instruct.config.json",
+            "llama3.1-8b",
+            {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
+            "rope_scaling type 'dynamic'",
+        ),
+        ("Qwen3-8B.config.json", "qwen3-8b", {"use_sliding_window": True}, "use_sliding_window=True"),
+        (
+            "Qwen3-8B.config.json",
+            "qwen3-8b",
+            {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}},
+            "'yarn'",
+        ),
+        (
+            "Qwen3-8B.config.json",
+            "qwen3-8b",
+            {"model_type": "qwen2"},
+            "model_type='qwen2' (a Qwen 3 checkpoint has 'qwen3')",
+        ),
+        ("Qwen3-8B.config.json", "gemma3-4b", {}, "not convertible by MaxText as gemma3-4b: model_type='qwen3'"),
+        ("Llama-3.1-8B-Instruct.config.json", "qwen3-8b", {}, "model_type='llama' (a Qwen 3 checkpoint has 'qwen3')"),
+    ],
+)
 def test_what_maxtext_cannot_represent_is_refused_in_one_line(tmp_path, config_file, name, changes, named):
     with pytest.raises(CheckpointError) as e:
         families.maxtext_model_args(base_with(tmp_path, config_file, changes), name)
@@ -81,13 +110,18 @@ def test_what_maxtext_cannot_represent_is_refused_in_one_line(tmp_path, config_f
 def test_tied_embeddings_come_from_the_checkpoint_whatever_the_name(tmp_path):
     """Qwen3 0.6B-4B tie the output layer to the embedding, 8B does not: MaxText's model
     files fix it per name, the flags take it from the checkpoint."""
-    tied = families.maxtext_model_args(base_with(tmp_path, "Qwen3-8B.config.json", {"tie_word_embeddings": True}), "qwen3-8b")
-    assert "logits_via_embedding=true" in tied and "use_qk_norm" not in " ".join(tied)  # qk-norm: from qwen3's model file
+    tied = families.maxtext_model_args(
+        base_with(tmp_path, "Qwen3-8B.config.json", {"tie_word_embeddings": True}), "qwen3-8b"
+    )
+    assert "logits_via_embedding=true" in tied and "use_qk_norm" not in " ".join(
+        tied
+    )  # qk-norm: from qwen3's model file
     assert maxtext_model_config("qwen3-8b")["use_qk_norm"] is True
 
 
 def test_every_accepted_name_is_in_maxtexts_converter_tables_and_configs():
     from maxtext.checkpoint_conversion.utils import hf_model_configs, param_mapping
+
     from stages.lib.tiny import maxtext_asset
 
     for name in families.maxtext_names():
@@ -156,8 +190,8 @@ def test_tiny_llama_has_llama_3s_real_vocabulary_and_one_bos(tiny_checkpoints):
     import transformers
     from maxtext.input_pipeline.tokenizer import TikTokenTokenizer
 
-    from stages.lib.tiny import maxtext_asset
     from stages.in_maxtext.count_tokens import load_tokenizer
+    from stages.lib.tiny import maxtext_asset
 
     path = tiny_checkpoints[llama3]
     reference = TikTokenTokenizer(maxtext_asset("assets", "tokenizers", "tokenizer_llama3.tiktoken"), False, False)
@@ -165,10 +199,15 @@ def test_tiny_llama_has_llama_3s_real_vocabulary_and_one_bos(tiny_checkpoints):
     for text in ["What is the capital of Peru?", "17 plus 25 is 42.", "naïve café, 東京", "  spaces\n\nand lines"]:
         assert as_maxtext(text)["input_ids"] == reference.encode(text)
         assert hub_like(text)["input_ids"] == [128000, *reference.encode(text)]
-    rendered = as_maxtext.apply_chat_template([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
-                                              add_generation_prompt=True, tokenize=False)
-    assert rendered == ("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
-                        "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
+    rendered = as_maxtext.apply_chat_template(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    assert rendered == (
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
 
 
 def test_tiny_qwen_has_qwen_3s_own_tokenizer_files_and_its_padded_vocabulary(tiny_checkpoints):
@@ -192,12 +231,16 @@ def test_each_familys_template_takes_what_the_row_checks_let_through(tiny_checkp
     """A leading system turn, then alternating turns: MaxText's own round splitting
     (prompt/completion by the template) works for every family, the system text kept
     (Gemma folds it into the first user turn)."""
-    from stages.lib import chat
     from stages.in_maxtext.count_tokens import load_tokenizer, maxtext_length
+    from stages.lib import chat
 
-    row = [{"role": "system", "content": "Answer in French."}, {"role": "user", "content": "Hello?"},
-           {"role": "assistant", "content": "Bonjour."}, {"role": "user", "content": "Thanks"},
-           {"role": "assistant", "content": "De rien."}]
+    row = [
+        {"role": "system", "content": "Answer in French."},
+        {"role": "user", "content": "Hello?"},
+        {"role": "assistant", "content": "Bonjour."},
+        {"role": "user", "content": "Thanks"},
+        {"role": "assistant", "content": "De rien."},
+    ]
     assert chat.problem({"messages": row}) is None
     for path in [tiny_base, *tiny_checkpoints.values()]:
         tokenizer = load_tokenizer(str(path))
@@ -207,8 +250,15 @@ def test_each_familys_template_takes_what_the_row_checks_let_through(tiny_checkp
 
 def test_the_family_recipes_are_their_families():
     """Each family's recipes name its models; the committed ones pin a 40-digit revision."""
-    expected = {"tiny-llama3": llama3, "tiny-qwen3": qwen3, "llama3.1-8b-v6e-8": llama3, "qwen3-8b-v6e-8": qwen3,
-                "tiny": gemma3, "small": gemma3, "gemma3-4b-v6e-8": gemma3}
+    expected = {
+        "tiny-llama3": llama3,
+        "tiny-qwen3": qwen3,
+        "llama3.1-8b-v6e-8": llama3,
+        "qwen3-8b-v6e-8": qwen3,
+        "tiny": gemma3,
+        "small": gemma3,
+        "gemma3-4b-v6e-8": gemma3,
+    }
     for recipe, family in expected.items():
         p = yaml.safe_load(params_text(recipe))
         assert families.of(p["model"]["maxtext_name"]) is family, recipe
@@ -256,9 +306,17 @@ GEMMA3_270M = "gemma-3-270m.gguf-config.json"
 
 def test_a_text_only_gemma_3_gets_its_own_dimensions_and_rope(tmp_path):
     args = families.maxtext_model_args(base_with(tmp_path, GEMMA3_270M), "gemma3-4b")
-    for flag in ("base_emb_dim=640", "base_num_decoder_layers=18", "base_num_kv_heads=1", "head_dim=256",
-                 "vocab_size=262144", "sliding_window_size=512", "rope_max_timescale=1000000",
-                 "local_rope_max_timescale=10000", "rope_linear_scaling_factor=1.0"):
+    for flag in (
+        "base_emb_dim=640",
+        "base_num_decoder_layers=18",
+        "base_num_kv_heads=1",
+        "head_dim=256",
+        "vocab_size=262144",
+        "sliding_window_size=512",
+        "rope_max_timescale=1000000",
+        "local_rope_max_timescale=10000",
+        "rope_linear_scaling_factor=1.0",
+    ):
         assert flag in args, flag
 
 
@@ -272,15 +330,20 @@ def test_a_text_only_gemma_3_reads_maxtexts_tables_in_its_own_tensor_names(tmp_p
     (stages/in_maxtext/main.py), map every scanned layer, and renamed to the text layout
     they name the file's tensors; no vision tensor is asked for."""
     from maxtext.checkpoint_conversion.utils import hf_shape, param_mapping
+
     from stages.lib.checkpoint import detect_layout, rename
 
     config = gemma3.converter_config(json.loads((DATA / GEMMA3_270M).read_text()))
     mapping = param_mapping.GEMMA3_MAXTEXT_TO_HF_PARAM_MAPPING(config, None, scan_layers=True)
     text = {k: v for k, v in mapping.items() if "vision" not in k}
     assert text["params-decoder-layers-layers_0-mlp-wi_0-kernel"] == [
-        f"model.language_model.layers.{i}.mlp.gate_proj.weight" for i in (0, 6, 12)]
-    names = {rename(n, gemma3.LAYOUTS["transformers"], gemma3.LAYOUTS["text"])
-             for v in text.values() for n in (v if isinstance(v, list) else [v])}
+        f"model.language_model.layers.{i}.mlp.gate_proj.weight" for i in (0, 6, 12)
+    ]
+    names = {
+        rename(n, gemma3.LAYOUTS["transformers"], gemma3.LAYOUTS["text"])
+        for v in text.values()
+        for n in (v if isinstance(v, list) else [v])
+    }
     assert "model.layers.17.self_attn.k_norm.weight" in names and "model.embed_tokens.weight" in names
     assert len(names) == 2 + 18 * 13
     shapes = hf_shape.GEMMA3_HF_WEIGHTS_TO_SHAPE(config)
@@ -309,9 +372,17 @@ def test_gemma_3s_maxtext_arithmetic_is_maxtexts_own():
 
     assert "jnp.asarray(embedding_table, jnp.bfloat16)" in inspect.getsource(embeddings.attend_on_embedding)
     assert 'np.dtype("bfloat16").type(config["text_config"]["hidden_size"] ** 0.5)' in inspect.getsource(
-        param_mapping.GEMMA3_MAXTEXT_TO_HF_PARAM_HOOK_FN)
-    config = transformers.Gemma3TextConfig(vocab_size=64, hidden_size=640, intermediate_size=32, num_hidden_layers=1,
-                                           num_attention_heads=1, num_key_value_heads=1, head_dim=16)
+        param_mapping.GEMMA3_MAXTEXT_TO_HF_PARAM_HOOK_FN
+    )
+    config = transformers.Gemma3TextConfig(
+        vocab_size=64,
+        hidden_size=640,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        head_dim=16,
+    )
     model = transformers.Gemma3ForCausalLM(config).eval()
     head = gemma3.like_maxtext(model)
     assert float(model.get_input_embeddings().embed_scale) == float(ml_dtypes.bfloat16(640**0.5)) == 25.25

@@ -27,8 +27,14 @@ class Repro:
         self.root = root
         self.log_path = root.parent / f"{name}.log"
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(["dvc", "repro", *args], cwd=root, env=env(**env_extra), stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            ["dvc", "repro", *args],
+            cwd=root,
+            env=env(**env_extra),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def output(self) -> str:
         return self.log_path.read_text()
@@ -147,8 +153,9 @@ def test_training_killed_twice_resumes_each_time_and_ends_as_if_never_killed(tin
     # DVCLive's files hold the steps so far while the run goes on, the killed run's included.
     run.wait_for(lambda: max(live_steps(root), default=0) >= 25, "DVCLive's step 25")
     assert set(range(1, 10)) <= set(live_steps(root))
-    run.wait_for(lambda: any(n.startswith("30.") for n in checkpoint_names(root)), "checkpoint 30 being written",
-                 every=0.01)
+    run.wait_for(
+        lambda: any(n.startswith("30.") for n in checkpoint_names(root)), "checkpoint 30 being written", every=0.01
+    )
     run.kill(signal.SIGKILL)
     names = checkpoint_names(root)
     assert "30" not in names and any(n.startswith("30.") for n in names), names  # killed mid-save
@@ -176,8 +183,11 @@ def test_training_killed_twice_resumes_each_time_and_ends_as_if_never_killed(tin
     resumed = flat_params(root / "models" / "sft-maxtext" / "params")
     uninterrupted = flat_params(tiny_run.path / "models" / "sft-maxtext" / "params")
     assert resumed.keys() == uninterrupted.keys()
-    differing = {k: float(np.max(np.abs(resumed[k].astype(np.float64) - uninterrupted[k])))
-                 for k in resumed if not np.array_equal(resumed[k], uninterrupted[k])}
+    differing = {
+        k: float(np.max(np.abs(resumed[k].astype(np.float64) - uninterrupted[k])))
+        for k in resumed
+        if not np.array_equal(resumed[k], uninterrupted[k])
+    }
     assert differing == {}, f"resumed run differs from the uninterrupted one (max abs diff per array): {differing}"
     # The held-out curve too continues across the kills: each evaluation once.
     evals = (root / "dvclive" / "plots" / "metrics" / "eval" / "loss.tsv").read_text().splitlines()[1:]

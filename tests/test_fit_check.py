@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from testkit.workspace import DATA
 from stages import fit_check
+from testkit.workspace import DATA
 
 HBM = 32 * fit_check.GIB  # a v6e chip
 RECORDED = DATA / "fit_check"
@@ -33,8 +33,10 @@ def test_an_absurd_batch_is_refused_saying_by_how_much():
 
 
 def test_a_total_over_the_hbm_does_not_fit_even_when_xla_compiled_it():
-    line = ("Memory analysis: argument_size_in_bytes=30000000000 output_size_in_bytes=6000000000 "
-            "alias_size_in_bytes=6000000000 temp_size_in_bytes=8000000000 generated_code_size_in_bytes=1000000")
+    line = (
+        "Memory analysis: argument_size_in_bytes=30000000000 output_size_in_bytes=6000000000 "
+        "alias_size_in_bytes=6000000000 temp_size_in_bytes=8000000000 generated_code_size_in_bytes=1000000"
+    )
     with pytest.raises(fit_check.DoesNotFit, match=r"needs 35.4 GiB per chip, over the chip's HBM by 3.4 GiB"):
         fit_check.parse(line, HBM)
     with pytest.raises(fit_check.StageFailed, match="without a memory analysis"):
@@ -52,8 +54,10 @@ def test_a_finished_compile_killed_on_its_way_out_still_counts():
     assert not fit_check.finished_before_failing((RECORDED / "oom-batch-64.log").read_text())
 
 
-@pytest.mark.parametrize("limit,quantum,start,expected", [(13, 1, 1, (13, 14)), (4, 1, 1, (4, 5)), (1, 1, 1, (1, 2)),
-                                                          (0, 1, 1, (0, 1)), (5000, 256, 2048, (4864, 5120))])
+@pytest.mark.parametrize(
+    "limit,quantum,start,expected",
+    [(13, 1, 1, (13, 14)), (4, 1, 1, (4, 5)), (1, 1, 1, (1, 2)), (0, 1, 1, (0, 1)), (5000, 256, 2048, (4864, 5120))],
+)
 def test_the_search_finds_the_largest_value_that_fits(limit, quantum, start, expected):
     probed = []
 

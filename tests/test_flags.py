@@ -5,10 +5,9 @@ import os
 import shutil
 from pathlib import Path
 
-
-from testkit.workspace import REPO
 from stages.lib import flags, maxtext
 from stages.lib.params import load
+from testkit.workspace import REPO
 from tools.recipe import params_text
 
 
@@ -26,22 +25,48 @@ def test_every_invocation_reads_the_config_its_entry_point_documents(project_4b)
     ]:
         assert invocation.args[0].endswith(os.path.join("maxtext", config)), invocation.args[0]
         assert os.path.isfile(invocation.args[0])
-    for ours in (flags.export_check(p, {"export": "r.json"}), flags.loss_and_answers(p, "r.json", {"base": "b"}, {}, "p.json", "/tmp/o"),
-                 flags.data_position(p, "/tmp/w", "s.jsonl", 20, "r.json")):
-        maxtext = ours.args[ours.args.index("--") + 1:]
+    for ours in (
+        flags.export_check(p, {"export": "r.json"}),
+        flags.loss_and_answers(p, "r.json", {"base": "b"}, {}, "p.json", "/tmp/o"),
+        flags.data_position(p, "/tmp/w", "s.jsonl", 20, "r.json"),
+    ):
+        maxtext = ours.args[ours.args.index("--") + 1 :]
         assert maxtext[0].endswith(os.path.join("maxtext", "configs", "post_train", "sft.yml")), ours.module
 
 
 def test_the_tutorials_values_reach_maxtext(project_4b):
     """What tests/test_tpu_recipe.py's dry runs then have MaxText itself validate."""
     train = kv(flags.train(project_4b, "gs://b/work", "/tmp/m.jsonl", "/data/stream.jsonl").args)
-    assert {k: train[k] for k in ("model_name", "scan_layers", "steps", "per_device_batch_size", "max_target_length",
-                                  "learning_rate", "packing", "sft_train_on_completion_only", "train_data_columns",
-                                  "checkpoint_storage_use_ocdbt", "checkpoint_storage_use_zarr3", "grain_worker_count")} == {
-        "model_name": "gemma3-4b", "scan_layers": "true", "steps": "1000", "per_device_batch_size": "1",
-        "max_target_length": "2048", "learning_rate": "2e-05", "packing": "true", "sft_train_on_completion_only": "true",
-        "train_data_columns": "['messages']", "checkpoint_storage_use_ocdbt": "true", "checkpoint_storage_use_zarr3": "true",
-        "grain_worker_count": "1"}
+    assert {
+        k: train[k]
+        for k in (
+            "model_name",
+            "scan_layers",
+            "steps",
+            "per_device_batch_size",
+            "max_target_length",
+            "learning_rate",
+            "packing",
+            "sft_train_on_completion_only",
+            "train_data_columns",
+            "checkpoint_storage_use_ocdbt",
+            "checkpoint_storage_use_zarr3",
+            "grain_worker_count",
+        )
+    } == {
+        "model_name": "gemma3-4b",
+        "scan_layers": "true",
+        "steps": "1000",
+        "per_device_batch_size": "1",
+        "max_target_length": "2048",
+        "learning_rate": "2e-05",
+        "packing": "true",
+        "sft_train_on_completion_only": "true",
+        "train_data_columns": "['messages']",
+        "checkpoint_storage_use_ocdbt": "true",
+        "checkpoint_storage_use_zarr3": "true",
+        "grain_worker_count": "1",
+    }
     assert train["base_output_directory"] == "gs://b/work" and train["hf_train_files"] == "/data/stream.jsonl"
     assert train["enable_data_shuffling"] == "false" and train["num_epoch"] == "1"  # the stream is the order
     assert train["eval_interval"] == "250" and train["checkpoint_period"] == "200"
@@ -62,22 +87,35 @@ def test_a_tpu_recipe_runs_maxtext_on_the_tpu_but_compiles_and_replays_on_the_cp
     replay = flags.data_position(p, "/tmp/w", "s.jsonl", 20, "r.json")
     assert "hardware=cpu" in replay.args and replay.args[:4] == ["--steps", "20", "--report", "r.json"]
     assert replay.env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=8"  # one simulated device per chip
-    train_data = [a for a in flags.train(p, "w", "m", "s.jsonl").args if a.split("=")[0] in {
-        "hf_train_files", "max_target_length", "packing", "sft_train_on_completion_only", "per_device_batch_size",
-        "gradient_accumulation_steps", "tokenizer_path"}]
+    train_data = [
+        a
+        for a in flags.train(p, "w", "m", "s.jsonl").args
+        if a.split("=")[0]
+        in {
+            "hf_train_files",
+            "max_target_length",
+            "packing",
+            "sft_train_on_completion_only",
+            "per_device_batch_size",
+            "gradient_accumulation_steps",
+            "tokenizer_path",
+        }
+    ]
     assert set(train_data) <= set(replay.args)  # the replay batches exactly as training does
 
 
 def test_lora_is_decided_once_for_training_and_the_export_check(project_4b):
     p = project_4b
     assert not any(a.startswith("lora.") for a in flags.train(p, "w", "m", "s").args)
-    assert kv(flags.export_check(p, {"e": "r"}).args)["load_parameters_path"].endswith(os.path.join("sft-maxtext", "params"))
+    assert kv(flags.export_check(p, {"e": "r"}).args)["load_parameters_path"].endswith(
+        os.path.join("sft-maxtext", "params")
+    )
     p["train"]["lora"]["enabled"] = True
     train = kv(flags.train(p, "w", "m", "s").args)
     assert (train["lora.enable_lora"], train["lora.lora_rank"], train["lora.lora_alpha"]) == ("true", "16", "32.0")
     assert "lora.lora_module_path" not in train  # "": MaxText's default for the model
     check = flags.export_check(p, {"e": "r"}).args
-    ours = check[:check.index("--")]
+    ours = check[: check.index("--")]
     assert ours[ours.index("--lora-base") + 1].endswith(os.path.join("base-maxtext", "0", "items"))  # base + adapter,
     assert ours[ours.index("--lora-adapter") + 1].endswith(os.path.join("sft-maxtext", "lora"))  # applied unmerged ...
     assert kv(check)["load_parameters_path"].endswith(os.path.join("sft-maxtext", "params"))  # ... against the merge
@@ -95,7 +133,10 @@ def test_runtime_settings_reach_maxtext_without_being_results(project_4b, monkey
     p["runtime"]["compile_cache_dir"] = "relative/cache"
     assert kv(flags.convert_in(p, "o").args)["jax_cache_dir"] == str(Path("relative/cache").resolve())
     # The one-pass readers never start a grain worker, whatever training uses.
-    for one_pass in (flags.loss_and_answers(p, "r", {"base": "b"}, {}, "p.json", "/tmp/o"), flags.data_position(p, "/tmp/w", "s", 20, "r")):
+    for one_pass in (
+        flags.loss_and_answers(p, "r", {"base": "b"}, {}, "p.json", "/tmp/o"),
+        flags.data_position(p, "/tmp/w", "s", 20, "r"),
+    ):
         assert kv(one_pass.args)["grain_worker_count"] == kv(one_pass.args)["grain_worker_count_eval"] == "0"
 
 
@@ -119,16 +160,38 @@ def test_the_tiny_recipe_runs_on_the_cpu(tiny_base, tmp_path, monkeypatch):
     # A job of two CPU processes joins JAX's distributed runtime: no skip flag, inputs staged
     # (stages/lib/train_data.py), no path of this machine.
     p["hardware"]["hosts"] = 2
-    staged = flags.Staged("gs://b/in/base/items", ".scratch/w/worker-inputs/files", ".scratch/w/worker-inputs/files/eval.jsonl",
-                          {"gs://b/in/files": ".scratch/w/worker-inputs/files"})
-    job = flags.train(p, "gs://b/work", ".scratch/w/metrics.jsonl", ".scratch/w/worker-inputs/from-step-0/host-*.jsonl", staged)
+    staged = flags.Staged(
+        "gs://b/in/base/items",
+        ".scratch/w/worker-inputs/files",
+        ".scratch/w/worker-inputs/files/eval.jsonl",
+        {"gs://b/in/files": ".scratch/w/worker-inputs/files"},
+    )
+    job = flags.train(
+        p, "gs://b/work", ".scratch/w/metrics.jsonl", ".scratch/w/worker-inputs/from-step-0/host-*.jsonl", staged
+    )
     args = kv(job.args)
     assert "skip_jax_distributed_system=true" not in job.args and "hardware=cpu" in job.args
     assert job.args[0] == "maxtext:configs/post_train/sft.yml"  # resolved by each worker in its own install
     assert (args["tokenizer_path"], args["load_parameters_path"], args["hf_eval_files"], args["hf_train_files"]) == (
-        ".scratch/w/worker-inputs/files", "gs://b/in/base/items", ".scratch/w/worker-inputs/files/eval.jsonl",
-        ".scratch/w/worker-inputs/from-step-0/host-*.jsonl")
-    assert "--fetch" in maxtext.command(job) and "gs://b/in/files=.scratch/w/worker-inputs/files" in maxtext.command(job)
-    inputs = {k: v for k, v in args.items() if k in {"tokenizer_path", "load_parameters_path", "hf_train_files",
-                                                     "hf_eval_files", "base_output_directory", "metrics_file"}}
+        ".scratch/w/worker-inputs/files",
+        "gs://b/in/base/items",
+        ".scratch/w/worker-inputs/files/eval.jsonl",
+        ".scratch/w/worker-inputs/from-step-0/host-*.jsonl",
+    )
+    assert "--fetch" in maxtext.command(job) and "gs://b/in/files=.scratch/w/worker-inputs/files" in maxtext.command(
+        job
+    )
+    inputs = {
+        k: v
+        for k, v in args.items()
+        if k
+        in {
+            "tokenizer_path",
+            "load_parameters_path",
+            "hf_train_files",
+            "hf_eval_files",
+            "base_output_directory",
+            "metrics_file",
+        }
+    }
     assert not [v for v in inputs.values() if v.startswith("/") or str(tmp_path) in v]

@@ -17,7 +17,9 @@ from tools.recipe import params_text
 ROOT = Path(__file__).resolve().parents[1]
 TINY = params_text("tiny")
 GOOD_ROWS = (ROOT / "assets" / "tiny-chat" / "train.jsonl").read_bytes().splitlines(keepends=True)[:20]
-FUZZ = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 def read_split(path: Path, on_bad_row: str) -> tuple[list, list]:
@@ -46,7 +48,7 @@ def mutated(data: st.DataObject) -> bytes:
         if kind == "cut":
             rows[i] = row[:at] + b"\n"
         elif kind == "flip" and at < len(row):
-            rows[i] = row[:at] + bytes([row[at] ^ data.draw(st.integers(1, 255))]) + row[at + 1:]
+            rows[i] = row[:at] + bytes([row[at] ^ data.draw(st.integers(1, 255))]) + row[at + 1 :]
         else:
             rows[i] = row[:at] + data.draw(st.binary(max_size=12)) + row[at:]
     return b"".join(rows)
@@ -78,16 +80,28 @@ def test_mutated_valid_rows(tmp_path, data, on_bad_row):
     assert all(", row " not in s["reason"] and s["row"] >= 1 for s in skipped)
 
 
-JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
-                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-                           max_leaves=20)
-MESSAGE = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "system", "bot", ""]) | JSON_VALUES,
-                                 "content": st.text() | JSON_VALUES})
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+MESSAGE = st.fixed_dictionaries(
+    {
+        "role": st.sampled_from(["user", "assistant", "system", "bot", ""]) | JSON_VALUES,
+        "content": st.text() | JSON_VALUES,
+    }
+)
 
 
 @FUZZ
-@given(rows=st.lists(st.fixed_dictionaries({"messages": st.lists(MESSAGE, max_size=5) | JSON_VALUES}) | JSON_VALUES,
-                     min_size=1, max_size=6), on_bad_row=st.sampled_from(["stop", "skip"]))
+@given(
+    rows=st.lists(
+        st.fixed_dictionaries({"messages": st.lists(MESSAGE, max_size=5) | JSON_VALUES}) | JSON_VALUES,
+        min_size=1,
+        max_size=6,
+    ),
+    on_bad_row=st.sampled_from(["stop", "skip"]),
+)
 def test_any_json_value(tmp_path, rows, on_bad_row):
     path = tmp_path / "train.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -97,15 +111,24 @@ def test_any_json_value(tmp_path, rows, on_bad_row):
         assert_one_line(e)
 
 
-@pytest.mark.parametrize("content,reason", [
-    ("[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply"),
-    ('{"messages": "' + "\\ud800" + '"}\n', "'messages' must be a non-empty list"),
-    ('{"messages": [{"role": "user", "content": "\\ud800"}, {"role": "assistant", "content": "x"}]}\n', "lone surrogate"),
-    ("caf\xe9\n", "not UTF-8 text"),
-], ids=["deep", "surrogate-messages", "surrogate-content", "latin-1"])
+@pytest.mark.parametrize(
+    "content,reason",
+    [
+        ("[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply"),
+        ('{"messages": "' + "\\ud800" + '"}\n', "'messages' must be a non-empty list"),
+        (
+            '{"messages": [{"role": "user", "content": "\\ud800"}, {"role": "assistant", "content": "x"}]}\n',
+            "lone surrogate",
+        ),
+        ("caf\xe9\n", "not UTF-8 text"),
+    ],
+    ids=["deep", "surrogate-messages", "surrogate-content", "latin-1"],
+)
 def test_named_hostile_rows(tmp_path, content, reason):
     path = tmp_path / "train.jsonl"
-    path.write_bytes(content.encode("latin-1") if reason == "not UTF-8 text" else content.encode("utf-8", "surrogatepass"))
+    path.write_bytes(
+        content.encode("latin-1") if reason == "not UTF-8 text" else content.encode("utf-8", "surrogatepass")
+    )
     with pytest.raises(UserError) as e:
         read_split(path, "stop")
     assert_one_line(e.value)
@@ -133,8 +156,11 @@ def test_skipping_stops_at_the_stated_fraction(tmp_path):
     selection = chat.Selection(str(path), "messages", "skip", max_skipped_fraction=0.05)
     assert len(list(selection.rows(chat.read_jsonl(str(path))))) == 19
     assert selection.skipped == [{"row": 20, "reason": "'messages' must be a non-empty list"}]
-    with pytest.raises(UserError, match=r"1 of 20 rows are bad \(5%\), more than dataset.max_skipped_fraction=0.04; "
-                                         r"the first, row 20: 'messages' must be a non-empty list"):
+    with pytest.raises(
+        UserError,
+        match=r"1 of 20 rows are bad \(5%\), more than dataset.max_skipped_fraction=0.04; "
+        r"the first, row 20: 'messages' must be a non-empty list",
+    ):
         list(chat.Selection(str(path), "messages", "skip", max_skipped_fraction=0.04).rows(chat.read_jsonl(str(path))))
 
 
@@ -161,13 +187,15 @@ def test_params_mutated_from_a_recipe(tmp_path, data, monkeypatch):
     text = TINY
     for _ in range(data.draw(st.integers(1, 4))):
         at = data.draw(st.integers(0, len(text)))
-        text = text[:at] + data.draw(st.text(max_size=6)) + text[at + data.draw(st.integers(0, 6)):]
+        text = text[:at] + data.draw(st.text(max_size=6)) + text[at + data.draw(st.integers(0, 6)) :]
     load_text(tmp_path, text)
 
 
-YAML_TREES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
-                          lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
-                          max_leaves=15)
+YAML_TREES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
+    max_leaves=15,
+)
 
 
 @FUZZ
@@ -180,9 +208,18 @@ def test_params_any_yaml_tree(tmp_path, tree, section, monkeypatch):
     load_text(tmp_path, yaml.safe_dump(tree))
 
 
-@pytest.mark.parametrize("text", ["a: " + "[" * 50_000 + "]" * 50_000, "&a [*a]", "x: !!python/object:os.system {}",
-                                  "train:\n  steps: " + "9" * 5000, "\ufeff" + TINY, "- - - -\n" * 1000],
-                         ids=["deep", "alias-loop", "python-tag", "huge-int", "bom", "nested-lists"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: " + "[" * 50_000 + "]" * 50_000,
+        "&a [*a]",
+        "x: !!python/object:os.system {}",
+        "train:\n  steps: " + "9" * 5000,
+        "\ufeff" + TINY,
+        "- - - -\n" * 1000,
+    ],
+    ids=["deep", "alias-loop", "python-tag", "huge-int", "bom", "nested-lists"],
+)
 def test_params_hostile_yaml(tmp_path, text, monkeypatch):
     monkeypatch.chdir(ROOT)
     load_text(tmp_path, text)

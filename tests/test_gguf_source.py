@@ -9,10 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from testkit.workspace import set_param, sh
 from stages.lib import gguf_source
 from stages.lib.checkpoint import CheckpointError
 from stages.lib.families import gemma3, llama3
+from testkit.workspace import set_param, sh
 
 
 def write_gguf(path, arch: str, vocabulary: int = 1000) -> str:
@@ -36,10 +36,13 @@ def test_reads_the_architecture_from_the_header(tmp_path):
     assert gguf_source.architecture(str(tmp_path / "m.gguf")) == "gemma3"
 
 
-@pytest.mark.parametrize("content,message", [
-    (b"PK\x03\x04 a zip, not a model", "not a GGUF file (it does not start with the bytes 'GGUF')"),
-    (b"GGUF\x03\x00\x00\x00\x01", "a GGUF header that cannot be read"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (b"PK\x03\x04 a zip, not a model", "not a GGUF file (it does not start with the bytes 'GGUF')"),
+        (b"GGUF\x03\x00\x00\x00\x01", "a GGUF header that cannot be read"),
+    ],
+)
 def test_refuses_what_is_not_a_gguf(tmp_path, content, message):
     (tmp_path / "m.gguf").write_bytes(content)
     with pytest.raises(CheckpointError, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -2,9 +2,9 @@
 (tests/golden.py), so a MaxText upgrade, a flag change or a changed data order that alters
 training fails here by name rather than somewhere downstream."""
 
+import golden
 import pytest
 
-import golden
 from testkit.workspace import apply
 
 pytestmark = pytest.mark.slow

@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from hub_server import HubServer
 
 from testkit.workspace import sh
-from hub_server import HubServer
 
 MODEL = "google/gemma-3-4b-it"
 MODEL_SHA = "093f9f388b31de276ce2de164bdc2081324b9767"
@@ -28,8 +28,13 @@ def conversation(i: int) -> list[dict]:
 
 def parquet_bytes(rows: int, tmp_path, name: str) -> bytes:
     path = tmp_path / name
-    table = pa.table({"prompt": [f"question {i}" for i in range(rows)], "prompt_id": [str(i) for i in range(rows)],
-                      "messages": [conversation(i) for i in range(rows)]})
+    table = pa.table(
+        {
+            "prompt": [f"question {i}" for i in range(rows)],
+            "prompt_id": [str(i) for i in range(rows)],
+            "messages": [conversation(i) for i in range(rows)],
+        }
+    )
     pq.write_table(table, path)
     return path.read_bytes()
 
@@ -42,11 +47,16 @@ def hub(tmp_path_factory, tiny_base):
     data = tmp_path_factory.mktemp("data")
     server = HubServer(root / "repos")
     server.add_repo("model", MODEL, MODEL_SHA, from_dir=model_dir, gated_tokens={GOOD_TOKEN})
-    server.add_repo("dataset", DATASET, DATASET_SHA, files={
-        "README.md": b"# UltraChat 200k (test stand-in)\n",
-        "data/train_sft-00000-of-00001.parquet": parquet_bytes(30, data, "train.parquet"),
-        "data/test_sft-00000-of-00001.parquet": parquet_bytes(8, data, "test.parquet"),
-    })
+    server.add_repo(
+        "dataset",
+        DATASET,
+        DATASET_SHA,
+        files={
+            "README.md": b"# UltraChat 200k (test stand-in)\n",
+            "data/train_sft-00000-of-00001.parquet": parquet_bytes(30, data, "train.parquet"),
+            "data/test_sft-00000-of-00001.parquet": parquet_bytes(8, data, "test.parquet"),
+        },
+    )
     server.endpoint = server.start()
     server.model_dir = model_dir
     yield server
@@ -57,8 +67,15 @@ def hub_workspace(workspace, **changes):
     root = workspace("hub")
     params = yaml.safe_load((root / "params.yaml").read_text())
     params["base_model"].update(source="hub", repo_id=MODEL, revision=MODEL_SHA, tiny_seed=None)
-    params["dataset"].update(source="hub", local_dir=None, repo_id=DATASET, revision=DATASET_SHA,
-                             train_split="train_sft", eval_split="test_sft", max_eval_rows=5)
+    params["dataset"].update(
+        source="hub",
+        local_dir=None,
+        repo_id=DATASET,
+        revision=DATASET_SHA,
+        train_split="train_sft",
+        eval_split="test_sft",
+        max_eval_rows=5,
+    )
     for dotted, value in changes.items():
         section, key = dotted.split(".")
         params[section][key] = value
@@ -68,8 +85,14 @@ def hub_workspace(workspace, **changes):
 
 def run_stage(hub, root, stage, token=None):
     home = root.parent / f"{root.name}-hf-home"
-    extra = dict(HF_ENDPOINT=hub.endpoint, HF_HOME=str(home), HF_HUB_CACHE=str(home / "hub"),
-                 HF_DATASETS_CACHE=str(home / "datasets"), HF_HUB_OFFLINE="0", HF_DATASETS_OFFLINE="0")
+    extra = dict(
+        HF_ENDPOINT=hub.endpoint,
+        HF_HOME=str(home),
+        HF_HUB_CACHE=str(home / "hub"),
+        HF_DATASETS_CACHE=str(home / "datasets"),
+        HF_HUB_OFFLINE="0",
+        HF_DATASETS_OFFLINE="0",
+    )
     return sh([sys.executable, "-m", f"stages.{stage}"], root, check=False, timeout=300, HF_TOKEN=token, **extra)
 
 
@@ -87,10 +110,14 @@ def test_base_model_downloads_the_pinned_revision(hub, workspace):
     assert resolved and all(MODEL_SHA in p for p in resolved)  # never "main"
 
 
-@pytest.mark.parametrize("token,message", [
-    (None, f"{MODEL} is gated and no Hugging Face token was found: accept its license at"),
-    (OTHER_TOKEN, f"{MODEL} is gated and your token has no access to it: accept the license at"),
-], ids=["no-token", "license-not-accepted"])
+@pytest.mark.parametrize(
+    "token,message",
+    [
+        (None, f"{MODEL} is gated and no Hugging Face token was found: accept its license at"),
+        (OTHER_TOKEN, f"{MODEL} is gated and your token has no access to it: accept the license at"),
+    ],
+    ids=["no-token", "license-not-accepted"],
+)
 def test_gated_model_fails_at_once_with_one_line(hub, workspace, token, message):
     root = hub_workspace(workspace)
     before = len(hub.requests)
@@ -121,7 +148,9 @@ def test_dataset_streams_the_pinned_revision(hub, workspace):
     assert train == [{"messages": conversation(i)} for i in range(30)]
     assert len(evals) == 5  # dataset.max_eval_rows
     assert json.loads((root / "metrics" / "dataset.json").read_text()) == {
-        "train": {"rows": 30, "skipped": 0}, "eval": {"rows": 5, "skipped": 0}}
+        "train": {"rows": 30, "skipped": 0},
+        "eval": {"rows": 5, "skipped": 0},
+    }
 
 
 def test_unknown_split_is_named(hub, workspace):

@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from testkit.workspace import REPO
 from stages.lib import flags, launch
+from testkit.workspace import REPO
 
 XPK_PYTHON = REPO / ".venv-xpk" / "bin" / "python"  # scripts/setup.sh
 TOKEN = "hf_launchtestsecret0123456789"
@@ -24,13 +24,25 @@ def slice_16(project_4b, monkeypatch):
     p["hardware"].update(kind="v6e-16", hosts=4, tpu_env=None)
     p["runtime"].update(scratch_dir="gs://b/scratch", launcher="slice")
     p["runtime"]["slice"].update(name="sft-slice", zone="us-east5-b", project="my-project")
-    p["runtime"]["xpk"].update(cluster="sft-cluster", docker_image="us-docker.pkg.dev/my-project/sft/trainer:1",
-                               zone="us-east5-b", project="my-project")
-    staged = flags.Staged("gs://b/scratch/inputs/base-maxtext-0/items", ".scratch/train-0/worker-inputs/files",
-                          ".scratch/train-0/worker-inputs/files/eval.jsonl",
-                          {"gs://b/scratch/inputs/files-0": ".scratch/train-0/worker-inputs/files"})
-    job = flags.train(p, "gs://b/scratch/train-0", ".scratch/train-0/metrics.jsonl",
-                      ".scratch/train-0/worker-inputs/from-step-0/host-*.jsonl", staged)
+    p["runtime"]["xpk"].update(
+        cluster="sft-cluster",
+        docker_image="us-docker.pkg.dev/my-project/sft/trainer:1",
+        zone="us-east5-b",
+        project="my-project",
+    )
+    staged = flags.Staged(
+        "gs://b/scratch/inputs/base-maxtext-0/items",
+        ".scratch/train-0/worker-inputs/files",
+        ".scratch/train-0/worker-inputs/files/eval.jsonl",
+        {"gs://b/scratch/inputs/files-0": ".scratch/train-0/worker-inputs/files"},
+    )
+    job = flags.train(
+        p,
+        "gs://b/scratch/train-0",
+        ".scratch/train-0/metrics.jsonl",
+        ".scratch/train-0/worker-inputs/from-step-0/host-*.jsonl",
+        staged,
+    )
     return p, job
 
 
@@ -43,7 +55,8 @@ def test_every_worker_of_a_slice_runs_the_same_line_over_gcloud_ssh(slice_16):
     p, job = slice_16
     workers = launch.workers("train", job, p)
     assert [w.command[:7] for w in workers] == [
-        ["gcloud", "compute", "tpus", "tpu-vm", "ssh", "sft-slice", f"--worker={i}"] for i in range(4)]
+        ["gcloud", "compute", "tpus", "tpu-vm", "ssh", "sft-slice", f"--worker={i}"] for i in range(4)
+    ]
     assert {"--zone=us-east5-b", "--project=my-project"} <= set(workers[0].command)
     lines = {command_line(w) for w in workers}
     assert len(lines) == 1  # on TPUs each host learns its place from the TPU runtime
@@ -63,11 +76,18 @@ def test_cpu_processes_are_told_their_place_as_xpk_tells_cpu_workloads(project_4
     job = flags.train(p, "gs://b/scratch/train-0", ".scratch/train-0/metrics.jsonl", "host-*.jsonl")
     first, second = (shlex.split(w.command[2]) for w in launch.workers("train", job, p))
     assert [w.command[:2] for w in launch.workers("train", job, p)] == [["bash", "-c"]] * 2
-    differing = [(a, b) for a, b in zip(first, second) if a != b]
-    assert differing == [("JOB_COMPLETION_INDEX=0", "JOB_COMPLETION_INDEX=1"),
-                         ("metrics_file=.scratch/train-0/metrics.jsonl", "metrics_file=.scratch/train-0/metrics.jsonl.worker-1")]
-    assert {"JAX_COORDINATOR_ADDRESS=localhost", "JOB_INDEX=0", "PROCESSES_IN_JOB=2", "JAX_PROCESS_COUNT=2",
-            "JAX_PLATFORMS=cpu"} <= set(first)
+    differing = [(a, b) for a, b in zip(first, second, strict=True) if a != b]
+    assert differing == [
+        ("JOB_COMPLETION_INDEX=0", "JOB_COMPLETION_INDEX=1"),
+        ("metrics_file=.scratch/train-0/metrics.jsonl", "metrics_file=.scratch/train-0/metrics.jsonl.worker-1"),
+    ]
+    assert {
+        "JAX_COORDINATOR_ADDRESS=localhost",
+        "JOB_INDEX=0",
+        "PROCESSES_IN_JOB=2",
+        "JAX_PROCESS_COUNT=2",
+        "JAX_PLATFORMS=cpu",
+    } <= set(first)
 
 
 def test_the_xpk_workload_is_one_xpks_own_parser_accepts(slice_16):
@@ -76,11 +96,21 @@ def test_the_xpk_workload_is_one_xpks_own_parser_accepts(slice_16):
     assert XPK_PYTHON.exists(), "no .venv-xpk: run scripts/setup.sh"
     workload = launch.workload_name("train-0123456789abcdef")
     create, wait = launch.xpk_create(p, job, workload), launch.xpk_wait(p, workload)
-    parsed = json.loads(subprocess.run([str(XPK_PYTHON), str(REPO / "tests" / "xpk_parse.py"), json.dumps([create, wait, create[:4]])],
-                                       capture_output=True, text=True, check=True).stdout)
+    parsed = json.loads(
+        subprocess.run(
+            [str(XPK_PYTHON), str(REPO / "tests" / "xpk_parse.py"), json.dumps([create, wait, create[:4]])],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     assert parsed[0]["verb"] == "create" and parsed[0]["workload"] == workload == "sft-0123456789abcdef"
     assert (parsed[0]["cluster"], parsed[0]["tpu_type"], parsed[0]["num_slices"], parsed[0]["zone"]) == (
-        "sft-cluster", "v6e-16", 1, "us-east5-b")
+        "sft-cluster",
+        "v6e-16",
+        1,
+        "us-east5-b",
+    )
     assert parsed[0]["docker_image"] == "us-docker.pkg.dev/my-project/sft/trainer:1"
     assert shlex.split(parsed[0]["command"])[:3] == ["cd", "/app", "&&"]  # the image's project (Dockerfile)
     assert parsed[0]["max_restarts"] == "0"  # a re-run of the stage resumes (its stream must follow the checkpoint)

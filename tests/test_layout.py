@@ -65,8 +65,11 @@ def test_no_import_cycle():
 
 
 def test_the_stage_process_never_imports_what_runs_inside_maxtext():
-    parent_side = {m: deps for m, deps in our_imports().items()
-                   if m.startswith("stages.") and not m.startswith("stages.in_maxtext")}
+    parent_side = {
+        m: deps
+        for m, deps in our_imports().items()
+        if m.startswith("stages.") and not m.startswith("stages.in_maxtext")
+    }
     assert parent_side, "no stage modules found"
     offenders = {m: sorted(d for d in deps if d.startswith("stages.in_maxtext")) for m, deps in parent_side.items()}
     assert {m: d for m, d in offenders.items() if d} == {}

@@ -11,19 +11,23 @@ import time
 import numpy as np
 import psutil
 import pytest
-
-from testkit.workspace import clone_workspace, commit, set_param, sh, stages_run
 from gcs_server import GcsServer, running
 from test_faults import Repro, flat_params, wait_for_session_to_end
 from test_spot import gcs_env
+
+from testkit.workspace import clone_workspace, commit, set_param, sh, stages_run
 
 pytestmark = pytest.mark.slow
 BUCKET = "multihost-tests"
 TOKEN = "hf_multihostcanary0123456789"
 SETTINGS = {
-    "train.steps": 12, "train.checkpoint_period": 4, "train.eval_interval": 0,
+    "train.steps": 12,
+    "train.checkpoint_period": 4,
+    "train.eval_interval": 0,
     "train.packing": False,  # a host packs its own rows: only unpacked batches are the same rows as one process's
-    "runtime.data_workers": 0, "runtime.profile_steps": 0, "runtime.keep_scratch": False,
+    "runtime.data_workers": 0,
+    "runtime.profile_steps": 0,
+    "runtime.keep_scratch": False,
     "runtime.scratch_dir": f"gs://{BUCKET}/scratch",
 }
 
@@ -46,8 +50,9 @@ def worker_process(index: int) -> psutil.Process | None:
     """MaxText's process for worker `index` of the running job (its JOB_COMPLETION_INDEX)."""
     for proc in psutil.process_iter(["cmdline"]):
         try:
-            if "stages.in_maxtext.main" in " ".join(proc.info["cmdline"] or []) and \
-                    proc.environ().get("JOB_COMPLETION_INDEX") == str(index):
+            if "stages.in_maxtext.main" in " ".join(proc.info["cmdline"] or []) and proc.environ().get(
+                "JOB_COMPLETION_INDEX"
+            ) == str(index):
                 return proc
         except psutil.Error:
             continue
@@ -58,7 +63,9 @@ def committed(gcs: GcsServer, step: int) -> bool:
     return any(n.endswith(f"/checkpoints/{step}/commit_success.txt") for n in gcs.objects(BUCKET, "scratch/train-"))
 
 
-def test_two_processes_train_as_one_process_with_two_devices_and_survive_a_killed_worker(tiny_run, gcs, tmp_path_factory):
+def test_two_processes_train_as_one_process_with_two_devices_and_survive_a_killed_worker(
+    tiny_run, gcs, tmp_path_factory
+):
     cloud = gcs_env(gcs)
     # The reference: one process, two CPU devices, the same global batch (2 x per-device 1).
     one = workspace(tiny_run, tmp_path_factory.mktemp("one-process"), hosts=1)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testkit.workspace import DELETE, set_key
 from stages.lib import params as schema
 from stages.lib.errors import UserError
+from testkit.workspace import DELETE, set_key
 from tools.recipe import params_text, recipes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,27 +42,67 @@ CASES = [
     ("train.learning_rate", float("nan"), "params.yaml: train.learning_rate: expected a number > 0 and < 1, got nan"),
     ("train.learning_rate", "1e-3", "params.yaml: train.learning_rate: expected a number > 0 and < 1, got '1e-3'"),
     ("train.packing", "true", "params.yaml: train.packing: expected true or false, got 'true'"),
-    ("model.maxtext_name", "llama3-8b", "params.yaml: model.maxtext_name: expected one of gemma3-4b, gemma3-12b, gemma3-27b, "
-     "llama3.1-8b, llama3.1-70b, llama3.1-405b, qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b, "
-     "got 'llama3-8b' (did you mean llama3.1-8b?)"),
-    ("dataset.format", "share_gpt", "params.yaml: dataset.format: expected one of messages, sharegpt, prompt_completion, "
-     "got 'share_gpt' (did you mean sharegpt?)"),
+    (
+        "model.maxtext_name",
+        "llama3-8b",
+        "params.yaml: model.maxtext_name: expected one of gemma3-4b, gemma3-12b, gemma3-27b, "
+        "llama3.1-8b, llama3.1-70b, llama3.1-405b, qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b, "
+        "got 'llama3-8b' (did you mean llama3.1-8b?)",
+    ),
+    (
+        "dataset.format",
+        "share_gpt",
+        "params.yaml: dataset.format: expected one of messages, sharegpt, prompt_completion, "
+        "got 'share_gpt' (did you mean sharegpt?)",
+    ),
     ("train.seed", DELETE, "params.yaml: train.seed: missing (expected an integer >= 0)"),
     ("runtime", DELETE, "params.yaml: runtime: missing (expected a section)"),
     ("train.lora", 5, "params.yaml: train.lora: expected a mapping of keys, got 5"),
-    ("evaluate.prompts", ["ok", "  "], "params.yaml: evaluate.prompts: expected a non-empty list of non-empty strings, got ['ok', '  ']"),
+    (
+        "evaluate.prompts",
+        ["ok", "  "],
+        "params.yaml: evaluate.prompts: expected a non-empty list of non-empty strings, got ['ok', '  ']",
+    ),
     ("evaluate.prompts", [], "params.yaml: evaluate.prompts: expected a non-empty list of non-empty strings, got []"),
     ("base_model.revision", "main", "params.yaml: base_model.revision: expected a 40-character commit hash"),
-    ("base_model.repo_id", "no-owner", "params.yaml: base_model.repo_id: expected a Hugging Face repo id like owner/name or null"),
-    ("dataset.local_dir", "/abs/path", "params.yaml: dataset.local_dir: expected a directory relative to the project root"),
+    (
+        "base_model.repo_id",
+        "no-owner",
+        "params.yaml: base_model.repo_id: expected a Hugging Face repo id like owner/name or null",
+    ),
+    (
+        "dataset.local_dir",
+        "/abs/path",
+        "params.yaml: dataset.local_dir: expected a directory relative to the project root",
+    ),
     ("runtime.data_workers", 2, "params.yaml: runtime.data_workers: expected 0 or 1, got 2"),
-    ("runtime.data_workers", "08", "params.yaml: runtime.data_workers: expected 0 or 1, got '08'"),  # found by tests/test_fuzz.py
-    ("train.warmup_steps_fraction", 1.0, "params.yaml: train.warmup_steps_fraction: expected a number >= 0 and < 1, got 1.0"),
+    (
+        "runtime.data_workers",
+        "08",
+        "params.yaml: runtime.data_workers: expected 0 or 1, got '08'",
+    ),  # found by tests/test_fuzz.py
+    (
+        "train.warmup_steps_fraction",
+        1.0,
+        "params.yaml: train.warmup_steps_fraction: expected a number >= 0 and < 1, got 1.0",
+    ),
     ("hardware.tpu_env", {"TPU_NAME": "x"}, "params.yaml: hardware.tpu_env: must be null when hardware.kind is cpu"),
-    ("hardware.tpu_env", {"TPU_NAME": 1}, "params.yaml: hardware.tpu_env: expected a mapping of TPU_* variables to strings or null, got {'TPU_NAME': 1}"),
+    (
+        "hardware.tpu_env",
+        {"TPU_NAME": 1},
+        "params.yaml: hardware.tpu_env: expected a mapping of TPU_* variables to strings or null, got {'TPU_NAME': 1}",
+    ),
     ("dataset.eval_split", "validation", "params.yaml: dataset.local_dir: assets/tiny-chat/validation.jsonl not found"),
-    ("dataset.format", "alpaca", "params.yaml: dataset.format: expected one of messages, sharegpt, prompt_completion, got 'alpaca'"),
-    ("dataset.format", "prompt_completion", "params.yaml: dataset.column: must be null for dataset.format prompt_completion"),
+    (
+        "dataset.format",
+        "alpaca",
+        "params.yaml: dataset.format: expected one of messages, sharegpt, prompt_completion, got 'alpaca'",
+    ),
+    (
+        "dataset.format",
+        "prompt_completion",
+        "params.yaml: dataset.column: must be null for dataset.format prompt_completion",
+    ),
     ("dataset.column", None, "params.yaml: dataset.column: must be set for dataset.format messages"),
 ]
 
@@ -129,6 +169,7 @@ def test_the_published_json_schema_is_the_schema():
 def test_the_json_schema_accepts_the_recipes_and_refuses_what_pydantic_refuses(tiny):
     """An editor checks with the JSON Schema, not with pydantic: the two must agree."""
     import jsonschema
+
     validator = jsonschema.Draft202012Validator(schema.json_schema())
     assert list(validator.iter_errors(tiny)) == []
     for dotted, value, message in CASES:

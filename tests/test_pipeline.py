@@ -38,7 +38,10 @@ def test_metrics_read_at_a_glance(tiny_run):
         "metrics/export_check.json": {"export"},  # its per-prompt lists are not metrics columns
         "metrics/eval.json": {"eval"},
     }, groups
-    assert files["metrics/dataset.json"]["data"]["train"]["rows"] == files["metrics/token_lengths.json"]["data"]["train"]["rows"]
+    assert (
+        files["metrics/dataset.json"]["data"]["train"]["rows"]
+        == files["metrics/token_lengths.json"]["data"]["train"]["rows"]
+    )
     # ... and the demo ends with a summary of them.
     summary = sh(["python", "-m", "tools.summary"], tiny_run.path).stdout.splitlines()
     heldout = files["metrics/eval.json"]["data"]["eval"]

@@ -16,13 +16,20 @@ pytestmark = pytest.mark.slow
 
 def test_plots_page_renders_the_loss_curve(tiny_run, tmp_path):
     if not (BROWSER_DIR / "node_modules").is_dir() or not shutil.which("chromium"):
-        pytest.fail("the browser check needs Chromium and tests/browser/node_modules: run scripts/test.sh (it installs them)")
+        pytest.fail(
+            "the browser check needs Chromium and tests/browser/node_modules: run scripts/test.sh (it installs them)"
+        )
     out = tmp_path / "plots"
     sh(["dvc", "plots", "show", "-o", str(out)], tiny_run.path)
     page = out / "index.html"
     screenshot = tmp_path / "plots.png"
-    proc = subprocess.run(["node", str(BROWSER_DIR / "render.mjs"), str(page), str(screenshot)],
-                          capture_output=True, text=True, timeout=120, check=True)
+    proc = subprocess.run(
+        ["node", str(BROWSER_DIR / "render.mjs"), str(page), str(screenshot)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["errors"] == []
     assert report["declared"] == report["rendered"] == 3, report  # loss, learning rate, throughput

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 import yaml
+from hub_server import HubServer
 
 from testkit.process_watch import CANARY_TOKEN, ProcessWatch
-from testkit.workspace import sha256s, sh
-from hub_server import HubServer
+from testkit.workspace import sh, sha256s
 
 pytestmark = pytest.mark.slow
 
@@ -33,8 +33,17 @@ def publish(hub, cwd, home, *args, token=CANARY_TOKEN, **extra):
     """`python -m tools.publish ...` as a user runs it: the token in HF_TOKEN, nowhere else
     (`home`: HF_HOME, where `hf auth login` would have stored one). The stand-in speaks the
     Hub's LFS upload protocol, not Xet (HF_HUB_DISABLE_XET)."""
-    return sh([sys.executable, "-m", "tools.publish", *args], cwd, check=False, timeout=600, HF_ENDPOINT=hub.endpoint,
-              HF_TOKEN=token, HF_HOME=str(home), HF_HUB_DISABLE_XET="1", **extra)
+    return sh(
+        [sys.executable, "-m", "tools.publish", *args],
+        cwd,
+        check=False,
+        timeout=600,
+        HF_ENDPOINT=hub.endpoint,
+        HF_TOKEN=token,
+        HF_HOME=str(home),
+        HF_HUB_DISABLE_XET="1",
+        **extra,
+    )
 
 
 def test_publish_uploads_the_export_with_a_card_that_traces_it(hub, tiny_run, tmp_path):
@@ -112,7 +121,9 @@ def test_publish_refuses_in_one_line_before_sending_anything(hub, tiny_run, tmp_
     for cwd, args, extra, message in cases:
         proc = publish(hub, cwd, home, *args, **extra)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
-        assert proc.stderr.splitlines() == [proc.stderr.strip()] and proc.stderr.startswith("publish: error: "), proc.stderr
+        assert proc.stderr.splitlines() == [proc.stderr.strip()] and proc.stderr.startswith("publish: error: "), (
+            proc.stderr
+        )
         assert message in proc.stderr, (message, proc.stderr)
     assert hub.commits == commits_before
     assert not (hub.root / "models" / "bob").exists()

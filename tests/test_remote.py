@@ -6,8 +6,8 @@ import hashlib
 import json
 import os
 import secrets
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -15,15 +15,19 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from gcs_server import CLIENT_ENV, GcsServer, running
 
 from testkit.workspace import REPO, set_param, sh, stages_run
-from gcs_server import CLIENT_ENV, GcsServer, running
 
 pytestmark = pytest.mark.slow
 BUCKET = "dvc-tests"
 # `git commit` in docs/remote.md's blocks needs an identity; a user has one.
-GIT_IDENTITY = {"GIT_AUTHOR_NAME": "tests", "GIT_AUTHOR_EMAIL": "tests@example.invalid",
-                "GIT_COMMITTER_NAME": "tests", "GIT_COMMITTER_EMAIL": "tests@example.invalid"}
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "tests",
+    "GIT_AUTHOR_EMAIL": "tests@example.invalid",
+    "GIT_COMMITTER_NAME": "tests",
+    "GIT_COMMITTER_EMAIL": "tests@example.invalid",
+}
 OUTPUTS = ["models/base-hf", "data/chat", "models/base-maxtext", "models/sft-maxtext", "models/sft-hf"]
 
 
@@ -37,7 +41,11 @@ def remote(args, root, check=True, **kw):
 
 def file_hashes(root: Path, output: str) -> dict[str, str]:
     base = root / output
-    return {str(p.relative_to(base)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(base.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(base)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(base.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -141,8 +149,21 @@ def test_a_serving_host_gets_a_version_without_a_clone(producer, origin, gcs, tm
     assert not (host / ".git").exists() and not (host / ".dvc").exists()
     assert file_hashes(host, "sft-hf") == file_hashes(producer, "models/sft-hf")
     # Without --rev, the highest version.
-    dvc(["artifacts", "get", str(origin), "sft-hf", "-o", "latest", "--remote-config", f"url=gs://{BUCKET}/dvc",
-         f"endpointurl={gcs.url}", "allow_anonymous_login=true"], host)
+    dvc(
+        [
+            "artifacts",
+            "get",
+            str(origin),
+            "sft-hf",
+            "-o",
+            "latest",
+            "--remote-config",
+            f"url=gs://{BUCKET}/dvc",
+            f"endpointurl={gcs.url}",
+            "allow_anonymous_login=true",
+        ],
+        host,
+    )
     assert file_hashes(host, "latest") == file_hashes(producer, "models/sft-hf")
 
 
@@ -182,7 +203,9 @@ def test_fresh_clone_never_retrains_what_was_trained_elsewhere(producer, small_s
     proc = dvc(["repro", "--pull", "--allow-missing"], consumer)
     ran = stages_run(proc.stdout)
     assert "train" not in ran and set(ran) <= {"convert_out", "evaluate"}, proc.stdout[-2000:]
-    assert file_hashes(consumer, "models/sft-hf") == file_hashes(producer, "models/sft-hf")  # the same export, made again
+    assert file_hashes(consumer, "models/sft-hf") == file_hashes(
+        producer, "models/sft-hf"
+    )  # the same export, made again
     assert len(list((consumer / "models" / "sft-hf").glob("*.safetensors"))) > 2
 
 
@@ -190,8 +213,15 @@ def start_push(root: Path, module: bool) -> subprocess.Popen:
     from testkit.workspace import env
 
     cmd = [sys.executable, "-m", "tools.remote", "push"] if module else ["dvc", "push"]
-    return subprocess.Popen(cmd, cwd=root, env=env(**CLIENT_ENV), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    return subprocess.Popen(
+        cmd,
+        cwd=root,
+        env=env(**CLIENT_ENV),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def wait_for_objects(gcs: GcsServer, prefix: str, count: int, timeout: float = 60) -> None:
@@ -281,4 +311,6 @@ def test_unusable_credentials_are_one_line(consumer, tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "credentials rejected or unusable" in lines[0], proc.stderr
     assert canary not in proc.stdout + proc.stderr
-    assert not [p for p in consumer.rglob("*") if p.is_file() and not p.is_symlink() and canary.encode() in p.read_bytes()]
+    assert not [
+        p for p in consumer.rglob("*") if p.is_file() and not p.is_symlink() and canary.encode() in p.read_bytes()
+    ]

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from testkit.workspace import sh
 from stages.lib import families
 from stages.lib.families import gemma3
+from testkit.workspace import sh
 
 pytestmark = pytest.mark.slow
 

@@ -2,8 +2,8 @@
 a checkpoint counts as complete only once Orbax has committed it."""
 
 import pytest
-
 from gcs_server import CLIENT_ENV, GcsServer
+
 from stages.lib import workdir
 
 

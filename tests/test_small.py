@@ -8,9 +8,9 @@ model answers in the chat format, and training follows its golden curve.
 
 import json
 
+import golden
 import pytest
 
-import golden
 from testkit.workspace import clone_workspace, set_param, sh, stages_run
 
 pytestmark = pytest.mark.slow
@@ -36,13 +36,18 @@ def test_the_dequantized_checkpoint_computes_what_the_gguf_does(small_run, tmp_p
     assemble(tmp_path / MODEL_NAME)
     base = small_run.path / "models" / "base-hf"
     tokenizer = transformers.AutoTokenizer.from_pretrained(base)
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": "The three primary colors are"}],
-                                        add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "The three primary colors are"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )["input_ids"]
     assert ids[0, 0].item() == tokenizer.bos_token_id
     with torch.no_grad():
         ours = transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)(input_ids=ids).logits
-        gguf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=MODEL_NAME,
-                                                                 dtype=torch.float32)(input_ids=ids).logits
+        gguf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=MODEL_NAME, dtype=torch.float32)(
+            input_ids=ids
+        ).logits
     assert torch.equal(ours, gguf)
 
 
@@ -66,8 +71,10 @@ def answers(generations: str) -> dict[str, dict[str, str]]:
     for section in generations.split("\n## ")[1:]:
         prompt = section.splitlines()[0].split(". ", 1)[1]
         parts = section.split("**base**")[1].split("**fine-tuned**")
-        out[prompt] = {who: " ".join(line[2:] for line in part.strip().splitlines() if line.startswith(">"))
-                       for who, part in zip(("base", "fine-tuned"), parts)}
+        out[prompt] = {
+            who: " ".join(line[2:] for line in part.strip().splitlines() if line.startswith(">"))
+            for who, part in zip(("base", "fine-tuned"), parts, strict=True)
+        }
     return out
 
 

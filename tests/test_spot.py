@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from testkit.workspace import clone_workspace, commit, env, set_param, sh, stages_run, train_losses
 from gcs_server import CLIENT_ENV, GcsServer, running
 from test_faults import flat_params, wait_for_session_to_end
+
+from testkit.workspace import clone_workspace, commit, env, set_param, sh, stages_run, train_losses
 
 pytestmark = pytest.mark.slow
 BUCKET = "spot-tests"
@@ -31,14 +31,23 @@ def gcs(tmp_path_factory):
 def gcs_env(gcs: GcsServer) -> dict:
     """Where every Google Cloud client the stages and MaxText use finds the emulator: gcsfs
     (DVC, the stages, etils), tensorstore (Orbax's array data)."""
-    return {**CLIENT_ENV, "STORAGE_EMULATOR_HOST": gcs.url, "TENSORSTORE_GCS_HTTP_URL": gcs.url,
-            "GOOGLE_AUTH_TOKEN_FOR_TESTING": "anonymous"}
+    return {
+        **CLIENT_ENV,
+        "STORAGE_EMULATOR_HOST": gcs.url,
+        "TENSORSTORE_GCS_HTTP_URL": gcs.url,
+        "GOOGLE_AUTH_TOKEN_FOR_TESTING": "anonymous",
+    }
 
 
 def committed_steps(gcs: GcsServer) -> list[int]:
     names = gcs.objects(BUCKET, "scratch/")
-    return sorted({int(n.split("/checkpoints/")[1].split("/")[0]) for n in names
-                   if "/checkpoints/" in n and n.endswith("/commit_success.txt")})
+    return sorted(
+        {
+            int(n.split("/checkpoints/")[1].split("/")[0])
+            for n in names
+            if "/checkpoints/" in n and n.endswith("/commit_success.txt")
+        }
+    )
 
 
 def saved_metrics_reach(gcs: GcsServer, step: int) -> bool:
@@ -84,8 +93,14 @@ def test_a_run_killed_on_one_vm_resumes_on_another_and_ends_bit_identical(tiny_r
     sh(["dvc", "push", *INPUTS], first, **gcs_env(gcs))  # the inputs, before training starts
     sh(["git", "remote", "set-url", "origin", str(origin)], first)
     sh(["git", "push", "-q", "origin", "main"], first)
-    run = subprocess.Popen(["dvc", "repro", "train"], cwd=first, env=env(**gcs_env(gcs)), stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, start_new_session=True)
+    run = subprocess.Popen(
+        ["dvc", "repro", "train"],
+        cwd=first,
+        env=env(**gcs_env(gcs)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 900
     while not (20 in committed_steps(gcs) and saved_metrics_reach(gcs, 20)):
         assert run.poll() is None, "training ended before checkpoint 20"
@@ -115,8 +130,10 @@ def test_a_run_killed_on_one_vm_resumes_on_another_and_ends_bit_identical(tiny_r
     hits = set(re.findall(r"Persistent compilation cache hit for '([^']+)'", train_log))
     assert "jit_create_sharded_state" in hits, f"VM 2 read nothing VM 1 compiled: {hits}"
     assert len([n for n in gcs.objects(BUCKET, "jax-cache/") if n.startswith("jax-cache/jit_train_step-")]) == 2
-    resumed, uninterrupted = flat_params(second / "models" / "sft-maxtext" / "params"), flat_params(
-        tiny_run.path / "models" / "sft-maxtext" / "params")
+    resumed, uninterrupted = (
+        flat_params(second / "models" / "sft-maxtext" / "params"),
+        flat_params(tiny_run.path / "models" / "sft-maxtext" / "params"),
+    )
     assert resumed.keys() == uninterrupted.keys()
     assert [k for k in resumed if not (resumed[k] == uninterrupted[k]).all()] == []
     # The loss curve continues the killed run's, saved beside its checkpoints: no gap, no

@@ -24,7 +24,10 @@ def test_each_epoch_is_its_own_seeded_permutation():
 
 
 def test_the_stream_holds_the_rows_in_training_order(tmp_path):
-    rows = [{"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "é" * i}]} for i in range(7)]
+    rows = [
+        {"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "é" * i}]}
+        for i in range(7)
+    ]
     src = jsonl(tmp_path / "train.jsonl", rows)
     src.write_text(src.read_text().replace("\n", "\n\n", 2))  # blank lines are not rows
     n = stream.write(str(src), str(tmp_path / "stream.jsonl"), seed=0, epochs=3)
@@ -60,8 +63,12 @@ def grain_fill(order, lengths, batch_rows, max_length) -> float:
     from grain.experimental import PackAndBatchOperation
 
     packer = PackAndBatchOperation(length_struct={"inputs": max_length}, batch_size=batch_rows)
-    rows = (record.Record(record.RecordMetadata(index=i, record_key=i), {"inputs": np.ones(min(lengths[r], max_length), np.int32)})
-            for i, r in enumerate(order))
+    rows = (
+        record.Record(
+            record.RecordMetadata(index=i, record_key=i), {"inputs": np.ones(min(lengths[r], max_length), np.int32)}
+        )
+        for i, r in enumerate(order)
+    )
     segments = [batch.data[1]["inputs"] for batch in packer(rows)][:-1]
     return sum(int((s > 0).sum()) for s in segments) / sum(s.size for s in segments)
 
@@ -101,8 +108,10 @@ def test_the_tiny_recipes_shape_and_long_rows_too():
 
 def test_window_0_or_no_packing_leaves_the_shuffled_order(tmp_path):
     src = jsonl(tmp_path / "train.jsonl", [{"i": i} for i in range(30)])
-    params = {"train": {"packing": True, "pack_window": 0, "per_device_batch_size": 1, "max_target_length": 64},
-              "hardware": {"kind": "cpu"}}
+    params = {
+        "train": {"packing": True, "pack_window": 0, "per_device_batch_size": 1, "max_target_length": 64},
+        "hardware": {"kind": "cpu"},
+    }
     assert stream.packing_for(params, np.ones(30, int)) is None
     params["train"].update(packing=False, pack_window=8)
     assert stream.packing_for(params, np.ones(30, int)) is None

@@ -5,17 +5,37 @@ from tools import summary
 FOUND = {
     "metrics/dataset.json": {"train": {"rows": 207865, "skipped": 12}, "eval": {"rows": 2000, "skipped": 0}},
     "metrics/token_lengths.json": {"train": {"rows": 207865, "median_tokens": 1093}},
-    "metrics/convert_check.json": {"conversion": {"passed": True, "kl_max": 4.4e-3, "kl_mean": 4.9e-5,
-                                                  "top1_agreement": 1.0}},
-    "dvclive/metrics.json": {"run": {"steps": 1000, "first_step_loss": 2.5, "final_loss": 1.25, "final_eval_loss": 1.3,
-                                     "median_tokens_per_sec_per_device": 5123.4, "mfu": 0.41}},
-    "metrics/eval.json": {"eval": {"base_loss": 1.9, "fine_tuned_loss": 1.3, "base_perplexity": 6.69,
-                                   "fine_tuned_perplexity": 3.67, "target_tokens": 812345}},
-    "metrics/export_check.json": {"export": {"passed": False, "kl_max": 4.5e-5, "kl_mean": 2e-6, "top1_agreement": 1.0}},
+    "metrics/convert_check.json": {
+        "conversion": {"passed": True, "kl_max": 4.4e-3, "kl_mean": 4.9e-5, "top1_agreement": 1.0}
+    },
+    "dvclive/metrics.json": {
+        "run": {
+            "steps": 1000,
+            "first_step_loss": 2.5,
+            "final_loss": 1.25,
+            "final_eval_loss": 1.3,
+            "median_tokens_per_sec_per_device": 5123.4,
+            "mfu": 0.41,
+        }
+    },
+    "metrics/eval.json": {
+        "eval": {
+            "base_loss": 1.9,
+            "fine_tuned_loss": 1.3,
+            "base_perplexity": 6.69,
+            "fine_tuned_perplexity": 3.67,
+            "target_tokens": 812345,
+        }
+    },
+    "metrics/export_check.json": {
+        "export": {"passed": False, "kl_max": 4.5e-5, "kl_mean": 2e-6, "top1_agreement": 1.0}
+    },
     "logs/stage_times.json": {"evaluate": 95.0, "train": 3725.0, "dataset": 40.2},
 }
-LIMITS = {"convert_in": {"check": {"max_kl": 1e-2, "max_mean_kl": 2e-4}},
-          "convert_out": {"check": {"max_kl": 3e-5, "max_mean_kl": 5e-6}}}
+LIMITS = {
+    "convert_in": {"check": {"max_kl": 1e-2, "max_mean_kl": 2e-4}},
+    "convert_out": {"check": {"max_kl": 3e-5, "max_mean_kl": 5e-6}},
+}
 
 
 def test_a_whole_run():
@@ -31,5 +51,6 @@ def test_a_whole_run():
 
 def test_stages_not_run_yet_are_left_out():
     assert summary.lines({"metrics/dataset.json": FOUND["metrics/dataset.json"]}, None) == [
-        "data        207,865 training conversations (12 bad rows skipped); 2,000 held out"]
+        "data        207,865 training conversations (12 bad rows skipped); 2,000 held out"
+    ]
     assert summary.lines({}, None) == []

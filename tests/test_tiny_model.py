@@ -31,7 +31,9 @@ def test_tiny_checkpoint_loads_like_the_hub_model(tiny_base):
     model, info = transformers.AutoModelForImageTextToText.from_pretrained(tiny_base, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     assert type(model).__name__ == "Gemma3ForConditionalGeneration"
-    assert json.loads((tiny_base / "config.json").read_text())["text_config"]["hidden_activation"] == "gelu_pytorch_tanh"
+    assert (
+        json.loads((tiny_base / "config.json").read_text())["text_config"]["hidden_activation"] == "gelu_pytorch_tanh"
+    )
 
 
 def test_tokenizer_is_gemma3_sentencepiece(tiny_base):
@@ -39,7 +41,12 @@ def test_tokenizer_is_gemma3_sentencepiece(tiny_base):
 
     hf = transformers.AutoTokenizer.from_pretrained(tiny_base)
     sp = sentencepiece.SentencePieceProcessor(model_file=gemma3.tokenizer_file())
-    for text in ["What is the capital of Peru?", "17 plus 25 is 42.", "Spell the word rabbit backwards.", "naïve café, 東京"]:
+    for text in [
+        "What is the capital of Peru?",
+        "17 plus 25 is 42.",
+        "Spell the word rabbit backwards.",
+        "naïve café, 東京",
+    ]:
         assert hf(text, add_special_tokens=False)["input_ids"] == sp.encode(text)
     rendered = hf.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True, tokenize=False)
     assert rendered == "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"

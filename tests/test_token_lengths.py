@@ -2,7 +2,6 @@
 MaxText's own SFT functions make, row for row."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,18 +17,28 @@ def tokenizer(tiny_base):
 
 
 def conversations() -> list[list[dict]]:
-    tiny = [json.loads(line)["messages"] for line in (ROOT / "assets" / "tiny-chat" / "train.jsonl").read_text().splitlines()]
+    tiny = [
+        json.loads(line)["messages"]
+        for line in (ROOT / "assets" / "tiny-chat" / "train.jsonl").read_text().splitlines()
+    ]
     from bench.synthetic import ultrachat_like
 
     long = [r["messages"] for r in ultrachat_like(40, seed=3)]
     system = [[{"role": "system", "content": "Be brief."}, *m] for m in long[:10]]
-    odd = [[{"role": "user", "content": "  spaces \n\n and\ttabs  "}, {"role": "assistant", "content": "<b>é</b> 東京 🙂"}]]
+    odd = [
+        [{"role": "user", "content": "  spaces \n\n and\ttabs  "}, {"role": "assistant", "content": "<b>é</b> 東京 🙂"}]
+    ]
     return tiny[:60] + long + system + odd
 
 
 def test_rounds_end_with_the_assistant_and_keep_the_system_message_first():
-    m = [{"role": "system", "content": "s"}, {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
-         {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]
+    m = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "c"},
+        {"role": "assistant", "content": "d"},
+    ]
     assert count_tokens.rounds(m) == [m[:3], m[3:]]
 
 

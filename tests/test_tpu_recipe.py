@@ -20,8 +20,14 @@ def test_dvc_repro_on_a_cpu_machine_stops_before_fetching_anything(workspace):
         hub.bind(("127.0.0.1", 0))
         hub.listen()
         hub.settimeout(0)
-        proc = sh(["dvc", "repro"], root, check=False, timeout=60, HF_ENDPOINT=f"http://127.0.0.1:{hub.getsockname()[1]}",
-                  HF_TOKEN=None)
+        proc = sh(
+            ["dvc", "repro"],
+            root,
+            check=False,
+            timeout=60,
+            HF_ENDPOINT=f"http://127.0.0.1:{hub.getsockname()[1]}",
+            HF_TOKEN=None,
+        )
         with pytest.raises(BlockingIOError):
             hub.accept()  # nobody connected (bench/fail_fast.py times how soon it stops)
     assert proc.returncode != 0
@@ -33,15 +39,40 @@ def test_dvc_repro_on_a_cpu_machine_stops_before_fetching_anything(workspace):
 
 
 @pytest.mark.slow  # MaxText's own validation: a MaxText import per stage
-@pytest.mark.parametrize("stage,expected", [
-    ("convert_in", ["model_name=gemma3-4b", "scan_layers=true", "checkpoint_storage_use_ocdbt=true",
-                    "checkpoint_storage_use_zarr3=true", "base_emb_dim=2560", "base_num_decoder_layers=34",
-                    "--save_dtype=float32"]),
-    ("train", ["model_name=gemma3-4b", "scan_layers=true", "steps=1000", "per_device_batch_size=1",
-               "max_target_length=2048", "learning_rate=2e-05", "packing=true", "sft_train_on_completion_only=true",
-               "train_data_columns=['messages']", "checkpoint_storage_use_ocdbt=true", "checkpoint_storage_use_zarr3=true"]),
-    ("convert_out", ["model_name=gemma3-4b", "scan_layers=true", "weight_dtype=float32", "use_multimodal=false"]),
-])
+@pytest.mark.parametrize(
+    "stage,expected",
+    [
+        (
+            "convert_in",
+            [
+                "model_name=gemma3-4b",
+                "scan_layers=true",
+                "checkpoint_storage_use_ocdbt=true",
+                "checkpoint_storage_use_zarr3=true",
+                "base_emb_dim=2560",
+                "base_num_decoder_layers=34",
+                "--save_dtype=float32",
+            ],
+        ),
+        (
+            "train",
+            [
+                "model_name=gemma3-4b",
+                "scan_layers=true",
+                "steps=1000",
+                "per_device_batch_size=1",
+                "max_target_length=2048",
+                "learning_rate=2e-05",
+                "packing=true",
+                "sft_train_on_completion_only=true",
+                "train_data_columns=['messages']",
+                "checkpoint_storage_use_ocdbt=true",
+                "checkpoint_storage_use_zarr3=true",
+            ],
+        ),
+        ("convert_out", ["model_name=gemma3-4b", "scan_layers=true", "weight_dtype=float32", "use_multimodal=false"]),
+    ],
+)
 def test_committed_recipe_commands_pass_maxtexts_validation(workspace, stage, expected):
     root = with_real_4b_config(workspace("dry-run", recipe="gemma3-4b-v6e-8"))
     proc = sh([sys.executable, "-m", f"stages.{stage}", "--dry-run"], root, timeout=300)
@@ -58,7 +89,10 @@ def test_committed_recipe_commands_pass_maxtexts_validation(workspace, stage, ex
 
 def test_committed_recipe_is_the_tutorials_workload():
     p = yaml.safe_load((REPO / "recipes" / "gemma3-4b-v6e-8.yaml").read_text())  # = params.yaml (test_environment.py)
-    assert (p["base_model"]["repo_id"], p["dataset"]["repo_id"]) == ("google/gemma-3-4b-it", "HuggingFaceH4/ultrachat_200k")
+    assert (p["base_model"]["repo_id"], p["dataset"]["repo_id"]) == (
+        "google/gemma-3-4b-it",
+        "HuggingFaceH4/ultrachat_200k",
+    )
     assert (p["dataset"]["train_split"], p["dataset"]["column"]) == ("train_sft", "messages")
     assert (p["train"]["steps"], p["train"]["per_device_batch_size"]) == (1000, 1)
     assert p["model"]["scan_layers"] and p["model"]["checkpoint_ocdbt"] and p["model"]["checkpoint_zarr3"]

@@ -10,9 +10,15 @@ from stages.lib import train_metrics
 
 
 def step(n, loss, tflops=1.0, seconds=0.5):
-    return {"step": n, "learning/loss": loss, "learning/current_learning_rate": 1e-3, "learning/grad_norm": 2.0,
-            "perf/step_time_seconds": seconds, "perf/per_device_tokens_per_sec": 100.0 * n,
-            "perf/per_device_tflops_per_sec": tflops}
+    return {
+        "step": n,
+        "learning/loss": loss,
+        "learning/current_learning_rate": 1e-3,
+        "learning/grad_norm": 2.0,
+        "perf/step_time_seconds": seconds,
+        "perf/per_device_tokens_per_sec": 100.0 * n,
+        "perf/per_device_tflops_per_sec": tflops,
+    }
 
 
 def test_a_resumed_run_replaces_the_killed_runs_steps_and_a_cut_line_is_skipped(tmp_path):
@@ -20,8 +26,12 @@ def test_a_resumed_run_replaces_the_killed_runs_steps_and_a_cut_line_is_skipped(
     killed = [step(1, 9.0), step(2, 8.0), step(3, 7.0)]
     resumed = [step(3, 6.5), step(4, 6.0)]
     evals = [{"step": 0, "eval/avg_loss": 9.5, "eval/avg_perplexity": 1e4}]
-    path.write_text("".join(json.dumps(r) + "\n" for r in killed + evals) + '{"step": 4, "learning/lo'  # cut by SIGKILL
-                    + "\n" + "".join(json.dumps(r) + "\n" for r in resumed))
+    path.write_text(
+        "".join(json.dumps(r) + "\n" for r in killed + evals)
+        + '{"step": 4, "learning/lo'  # cut by SIGKILL
+        + "\n"
+        + "".join(json.dumps(r) + "\n" for r in resumed)
+    )
     got = train_metrics.steps(str(path))
     assert [s["step"] for s in got] == [1, 2, 3, 4]
     assert [s["learning/loss"] for s in got] == [9.0, 8.0, 6.5, 6.0]
@@ -58,7 +68,9 @@ def test_the_reporter_says_it_is_starting_until_a_step_is_logged(tmp_path):
 
 def test_mfu_is_maxtexts_tflops_over_the_chips_peak():
     done = [step(1, 1.0, tflops=5.0), step(2, 1.0, tflops=459.0), step(3, 1.0, tflops=459.0)]  # step 1 compiles
-    assert train_metrics.summary(done, [], "v6e-8")["mfu"] == pytest.approx(459.0 / 918)  # v6e: 918 bf16 TFLOP/s per chip
+    assert train_metrics.summary(done, [], "v6e-8")["mfu"] == pytest.approx(
+        459.0 / 918
+    )  # v6e: 918 bf16 TFLOP/s per chip
     assert train_metrics.summary(done, [], "cpu")["mfu"] is None
 
 

@@ -14,8 +14,14 @@ from tools.recipe import params_text
 
 SHAREGPT = {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello."}]}
 PAIR = {"prompt": "What is 2 plus 2?", "completion": "4."}
-FORMATS = {"sharegpt": ("conversations", SHAREGPT), "prompt_completion": (None, PAIR),
-           "messages": ("messages", {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hi."}]})}
+FORMATS = {
+    "sharegpt": ("conversations", SHAREGPT),
+    "prompt_completion": (None, PAIR),
+    "messages": (
+        "messages",
+        {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hi."}]},
+    ),
+}
 
 
 def validate(root, fmt: str, rows: list, max_eval_rows=None):

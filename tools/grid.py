@@ -22,8 +22,14 @@ from stages.lib.errors import UserError
 from stages.lib.params import load, validate
 
 # Short names for the params people sweep; anything else uses its last key.
-ABBREVIATIONS = {"learning_rate": "lr", "per_device_batch_size": "bs", "gradient_accumulation_steps": "ga",
-                 "max_target_length": "len", "warmup_steps_fraction": "warmup", "rank": "lora-r"}
+ABBREVIATIONS = {
+    "learning_rate": "lr",
+    "per_device_batch_size": "bs",
+    "gradient_accumulation_steps": "ga",
+    "max_target_length": "len",
+    "warmup_steps_fraction": "warmup",
+    "rank": "lora-r",
+}
 
 
 def experiment_name(assignment: list[tuple[str, str]]) -> str:
@@ -32,7 +38,9 @@ def experiment_name(assignment: list[tuple[str, str]]) -> str:
         *parents, leaf = key.split(".")
         if leaf == "enabled" and parents and value.lower() in ("true", "false"):
             # `lora` / `no-lora`, not `enabledtrue`
-            parts.append(parents[-1].replace("_", "-") if value.lower() == "true" else f"no-{parents[-1].replace('_', '-')}")
+            parts.append(
+                parents[-1].replace("_", "-") if value.lower() == "true" else f"no-{parents[-1].replace('_', '-')}"
+            )
             continue
         parts.append(f"{ABBREVIATIONS.get(leaf, leaf.replace('_', '-'))}{value}")
     name = "-".join(parts)
@@ -53,7 +61,9 @@ def with_values(params: dict, assignment) -> dict:
         try:
             node[leaf] = to_hydra_overrides([f"{key}={value}"])[0].value()
         except OverrideParseException as e:
-            raise UserError(f"{key}={value}: not a value `dvc exp run -S` can parse: {str(e).splitlines()[0]}") from None
+            raise UserError(
+                f"{key}={value}: not a value `dvc exp run -S` can parse: {str(e).splitlines()[0]}"
+            ) from None
     return params
 
 

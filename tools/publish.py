@@ -29,14 +29,23 @@ from stages.lib.params import load
 
 CARD = "README.md"
 EXPORT_CHECK = os.path.join("metrics", "export_check.json")
-SHAPING = ("base_model", "dataset", "model", "convert_in", "train", "convert_out")  # params sections that shape the weights
+SHAPING = (
+    "base_model",
+    "dataset",
+    "model",
+    "convert_in",
+    "train",
+    "convert_out",
+)  # params sections that shape the weights
 
 
 def check_export() -> dict:
     report = outputs.read_json(EXPORT_CHECK)
     if not os.path.isfile(os.path.join(paths.SFT_HF, "config.json")) or report is None:
-        raise UserError(f"{paths.SFT_HF}: no checked export here; run `dvc repro` (or `dvc pull models/sft-hf` and "
-                        f"{EXPORT_CHECK}) first")
+        raise UserError(
+            f"{paths.SFT_HF}: no checked export here; run `dvc repro` (or `dvc pull models/sft-hf` and "
+            f"{EXPORT_CHECK}) first"
+        )
     if not report.get("export", {}).get("passed"):
         raise UserError(f"{paths.SFT_HF} did not pass its export check ({EXPORT_CHECK}); it is not published")
     return report["export"]
@@ -48,22 +57,30 @@ def check_token(api, repo_id: str) -> str:
     from huggingface_hub import errors
 
     if huggingface_hub.get_token() is None:
-        raise UserError("no Hugging Face token found: export HF_TOKEN=... (a token with write access) or run `hf auth login`")
+        raise UserError(
+            "no Hugging Face token found: export HF_TOKEN=... (a token with write access) or run `hf auth login`"
+        )
     try:
         who = api.whoami()
     except errors.HfHubHTTPError as e:
-        raise UserError(f"the Hub refused the token ({str(e).splitlines()[0]}); check HF_TOKEN or run `hf auth login`") from None
+        raise UserError(
+            f"the Hub refused the token ({str(e).splitlines()[0]}); check HF_TOKEN or run `hf auth login`"
+        ) from None
     except OSError as e:
         raise UserError(f"cannot reach the Hugging Face Hub at {huggingface_hub.constants.ENDPOINT}: {e}") from None
     role = ((who.get("auth") or {}).get("accessToken") or {}).get("role")
     if role == "read":
-        raise UserError(f"the token of {who['name']} is read-only; create one with write access at "
-                        f"{huggingface_hub.constants.ENDPOINT}/settings/tokens")
+        raise UserError(
+            f"the token of {who['name']} is read-only; create one with write access at "
+            f"{huggingface_hub.constants.ENDPOINT}/settings/tokens"
+        )
     namespace = repo_id.split("/")[0]
     owners = {who["name"], *(o["name"] for o in who.get("orgs", []))}
     if namespace not in owners:
-        raise UserError(f"{repo_id}: {namespace} is not {who['name']} or one of their organisations "
-                        f"({', '.join(sorted(owners))}); publish under a namespace the token may write to")
+        raise UserError(
+            f"{repo_id}: {namespace} is not {who['name']} or one of their organisations "
+            f"({', '.join(sorted(owners))}); publish under a namespace the token may write to"
+        )
     return who["name"]
 
 
@@ -95,7 +112,11 @@ def model_card(params: dict, check: dict, repo_id: str) -> str:
         base = f"{family.NAME}, dequantized from the GGUF {gguf_source.describe(b)}"
     else:
         base = f"the tiny {family.NAME} of this pipeline (seed {b['tiny_seed']}: {family.TINY})"
-    data = f"{d['repo_id']}@{d['revision']}" if d["source"] == "hub" else f"{d['local_dir']} (in the pipeline's repository)"
+    data = (
+        f"{d['repo_id']}@{d['revision']}"
+        if d["source"] == "hub"
+        else f"{d['local_dir']} (in the pipeline's repository)"
+    )
     multimodal = "vision_config" in checkpoint.read_config(paths.SFT_HF)
     tag = family.PIPELINE_TAG if multimodal else "text-generation"
     front = {"library_name": "transformers", "pipeline_tag": tag, "tags": ["maxtext", "sft", "dvc"]}
@@ -106,32 +127,58 @@ def model_card(params: dict, check: dict, repo_id: str) -> str:
     shaping = {section: params[section] for section in SHAPING}
     loss = ""
     if evaluation:
-        loss = (f"| held-out loss | {evaluation['base_loss']:.4f} | {evaluation['fine_tuned_loss']:.4f} |\n"
-                f"| held-out perplexity | {evaluation['base_perplexity']:.4g} | {evaluation['fine_tuned_perplexity']:.4g} |\n")
+        loss = (
+            f"| held-out loss | {evaluation['base_loss']:.4f} | {evaluation['fine_tuned_loss']:.4f} |\n"
+            f"| held-out perplexity | {evaluation['base_perplexity']:.4g} | {evaluation['fine_tuned_perplexity']:.4g} "
+            "|\n"
+        )
     rounding = check.get("rounding", {})
     lines = [
-        "---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "",
-        f"# {repo_id.split('/')[1]}", "",
+        "---",
+        yaml.safe_dump(front, sort_keys=False).strip(),
+        "---",
+        "",
+        f"# {repo_id.split('/')[1]}",
+        "",
         f"Supervised fine-tuning of {base} with MaxText's SFT trainer, exported to Hugging Face format "
-        "and checked, by a DVC pipeline.", "",
-        "## Provenance", "",
+        "and checked, by a DVC pipeline.",
+        "",
+        "## Provenance",
+        "",
         f"- base model: {base}" + (f" at revision `{b['revision']}`" if b["source"] == "hub" else ""),
         f"- dataset: {data}, split `{d['train_split']}` ({train.get('rows', '?')} conversations trained on, "
         f"{train.get('skipped', 0)} skipped as malformed), held out: `{d['eval_split']}` ({held_out.get('rows', '?')})",
-        f"- pipeline commit: `{origin['git_commit']}`" + ("" if origin["committed"] else " (with uncommitted changes to dvc.lock or params.yaml)"),
-        f"- export: DVC hash `{origin['dvc_md5']}` of `models/sft-hf` (`dvc pull models/sft-hf` at that commit gives these files)",
+        f"- pipeline commit: `{origin['git_commit']}`"
+        + ("" if origin["committed"] else " (with uncommitted changes to dvc.lock or params.yaml)"),
+        f"- export: DVC hash `{origin['dvc_md5']}` of `models/sft-hf` "
+        "(`dvc pull models/sft-hf` at that commit gives these files)",
         "",
-        "## Evaluation", "",
-        "| | base | fine-tuned |", "|---|---|---|", loss.rstrip() or "| held-out loss | not evaluated | |", "",
-        "## Export check", "",
+        "## Evaluation",
+        "",
+        "| | base | fine-tuned |",
+        "|---|---|---|",
+        loss.rstrip() or "| held-out loss | not evaluated | |",
+        "",
+        "## Export check",
+        "",
         f"Next-token distributions of this export (transformers, float32) against MaxText running the same "
         f"{rounding.get('dtype', params['convert_out']['dtype'])} weights (float32) on fixed prompts: max KL "
         f"{check['kl_max']:.3g}, mean KL {check['kl_mean']:.3g}, top-1 agreement {check['top1_agreement']:.4f}. "
-        + (f"Rounding the trained float32 weights to {rounding['dtype']} costs: max KL {rounding['kl_max']:.3g}, "
-           f"mean KL {rounding['kl_mean']:.3g}." if rounding else ""),
+        + (
+            f"Rounding the trained float32 weights to {rounding['dtype']} costs: max KL {rounding['kl_max']:.3g}, "
+            f"mean KL {rounding['kl_mean']:.3g}."
+            if rounding
+            else ""
+        ),
         "",
-        "## Training params", "", "Every param that shaped these weights (the pipeline's params.yaml):", "",
-        "```yaml", yaml.safe_dump(json.loads(json.dumps(shaping)), sort_keys=False).strip(), "```", "",
+        "## Training params",
+        "",
+        "Every param that shaped these weights (the pipeline's params.yaml):",
+        "",
+        "```yaml",
+        yaml.safe_dump(json.loads(json.dumps(shaping)), sort_keys=False).strip(),
+        "```",
+        "",
     ]
     return "\n".join(lines)
 
@@ -150,23 +197,31 @@ def main() -> None:
     check = check_export()
     api = huggingface_hub.HfApi()
     user = check_token(api, args.repo_id)
-    files = {e: os.path.join(paths.SFT_HF, e) for e in sorted(os.listdir(paths.SFT_HF))
-             if os.path.isfile(os.path.join(paths.SFT_HF, e))}
+    files = {
+        e: os.path.join(paths.SFT_HF, e)
+        for e in sorted(os.listdir(paths.SFT_HF))
+        if os.path.isfile(os.path.join(paths.SFT_HF, e))
+    }
     files[CARD] = model_card(params, check, args.repo_id).encode()
     try:
         api.create_repo(args.repo_id, private=not args.public, exist_ok=True)
         info = api.repo_info(args.repo_id)  # an existing repository keeps its visibility
         # huggingface_hub leaves out of the commit every file whose content the Hub already
         # holds (the oids its preupload call returns), and makes no commit when none is left.
-        commit = api.create_commit(args.repo_id, [CommitOperationAdd(path, source) for path, source in files.items()],
-                                   commit_message=f"Fine-tuned export ({provenance()['dvc_md5']})")
+        commit = api.create_commit(
+            args.repo_id,
+            [CommitOperationAdd(path, source) for path, source in files.items()],
+            commit_message=f"Fine-tuned export ({provenance()['dvc_md5']})",
+        )
     except errors.HfHubHTTPError as e:
         raise StageFailed(f"the Hub refused the upload to {args.repo_id} ({str(e).splitlines()[0]})") from None
     if commit.oid == info.sha:
         print(f"publish: {args.repo_id} already holds this export and card (commit {info.sha[:12]}); nothing uploaded")
         return
-    print(f"publish: published {len(files)} files to {huggingface_hub.constants.ENDPOINT}/{args.repo_id} as {user} "
-          f"(commit {commit.oid[:12]}, {'private' if info.private else 'public'})")
+    print(
+        f"publish: published {len(files)} files to {huggingface_hub.constants.ENDPOINT}/{args.repo_id} as {user} "
+        f"(commit {commit.oid[:12]}, {'private' if info.private else 'public'})"
+    )
 
 
 if __name__ == "__main__":

@@ -28,7 +28,9 @@ EXTENDS = "extends"
 
 
 def recipes() -> dict[str, str]:
-    return {f[: -len(".yaml")]: os.path.join(RECIPES_DIR, f) for f in sorted(os.listdir(RECIPES_DIR)) if f.endswith(".yaml")}
+    return {
+        f[: -len(".yaml")]: os.path.join(RECIPES_DIR, f) for f in sorted(os.listdir(RECIPES_DIR)) if f.endswith(".yaml")
+    }
 
 
 def overlay(base: dict, changes: dict) -> dict:
@@ -45,14 +47,20 @@ def chain(name: str) -> list[str]:
     available, seen = recipes(), [name]
     while True:
         if seen[-1] not in available:
-            raise UserError(f"no recipe {seen[-1]!r}" + (f" (extended by {seen[-2]})" if len(seen) > 1 else "")
-                            + f"; choose one of: {', '.join(available)}")
+            raise UserError(
+                f"no recipe {seen[-1]!r}"
+                + (f" (extended by {seen[-2]})" if len(seen) > 1 else "")
+                + f"; choose one of: {', '.join(available)}"
+            )
         with open(available[seen[-1]]) as f:
             parent = (yaml.safe_load(f) or {}).get(EXTENDS)
         if parent is None:
             return seen[::-1]
         if parent in seen:
-            raise UserError(f"recipes/{seen[-1]}.yaml: {EXTENDS}: {parent} extends it in turn; a recipe chain ends at a complete recipe")
+            raise UserError(
+                f"recipes/{seen[-1]}.yaml: {EXTENDS}: {parent} extends it in turn; a recipe chain ends at a complete "
+                "recipe"
+            )
         seen.append(parent)
 
 
@@ -68,9 +76,11 @@ def params_text(name: str) -> str:
     for path in paths:
         with open(path) as f:
             merged = overlay(merged, {k: v for k, v in yaml.safe_load(f).items() if k != EXTENDS})
-    header = (f"# The {name} recipe, written by `python -m tools.recipe {name}`: recipes/{names[-1]}.yaml"
-              + "".join(f"\n# over recipes/{n}.yaml" for n in reversed(names[:-1]))
-              + ". Their comments say why each value is what it is.\n\n")
+    header = (
+        f"# The {name} recipe, written by `python -m tools.recipe {name}`: recipes/{names[-1]}.yaml"
+        + "".join(f"\n# over recipes/{n}.yaml" for n in reversed(names[:-1]))
+        + ". Their comments say why each value is what it is.\n\n"
+    )
     return header + yaml.safe_dump(merged, sort_keys=False, allow_unicode=True, width=1000)
 
 

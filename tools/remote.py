@@ -11,8 +11,9 @@ bucket or an unusable key fails in a second with one line instead of after minut
 retries. The storage library's retry tracebacks go to logs/remote.log, not the terminal.
 A failed transfer ends with a line naming the remote and what to run next, at the latest a
 minute after the remote stopped answering (re-running is always safe: DVC sends or fetches
-only what is missing, and a killed push leaves no partial object in the bucket). `push` includes `--run-cache` (DVC 3 sends its entries but not
-the uncached metrics files they restore, so other machines still re-run stages with metrics;
+only what is missing, and a killed push leaves no partial object in the bucket). `push`
+includes `--run-cache` (DVC 3 sends its entries but not the uncached metrics files they
+restore, so other machines still re-run stages with metrics;
 docs/remote.md, "Getting the model out").
 """
 
@@ -32,8 +33,15 @@ LOG = os.path.join("logs", "remote.log")
 # gcsfs retries each request for ~30 s, and DVC moves the run-cache file by file, so without
 # this a push that lost its network would go on for half a minute per file still to send.
 GIVE_UP_AFTER_S = 60
-CONNECTION_TROUBLE = ("Cannot connect to host", "Connect call failed", "ServerDisconnected", "Connection reset",
-                      "ClientConnectorError", "TimeoutError", "out of retries")
+CONNECTION_TROUBLE = (
+    "Cannot connect to host",
+    "Connect call failed",
+    "ServerDisconnected",
+    "Connection reset",
+    "ClientConnectorError",
+    "TimeoutError",
+    "out of retries",
+)
 
 
 def default_remote(repo) -> tuple[str, dict]:
@@ -89,7 +97,10 @@ def check_gcs(name: str, config: dict, fs_args: dict) -> None:
     try:  # gcsfs retries a refused connection for about a minute; answer at once instead
         socket.create_connection((host, port), timeout=5).close()
     except OSError as e:
-        raise UserError(f"remote '{name}' ({url}): cannot reach {endpoint} ({e.strerror or e}); check the network, then run this again") from None
+        raise UserError(
+            f"remote '{name}' ({url}): cannot reach {endpoint} ({e.strerror or e}); check the network, then run this "
+            "again"
+        ) from None
     try:
         fs = gcsfs.GCSFileSystem(**fs_args)
         exists = fs.exists(bucket)
@@ -102,8 +113,9 @@ def check_gcs(name: str, config: dict, fs_args: dict) -> None:
         ) from None
     if not exists:
         raise UserError(
-            f"remote '{name}' ({url}): bucket {bucket} does not exist or is not visible to these credentials; create it "
-            f"(gcloud storage buckets create gs://{bucket}) or set the right one: dvc remote modify --local {name} url gs://BUCKET/dvc"
+            f"remote '{name}' ({url}): bucket {bucket} does not exist or is not visible to these credentials; "
+            f"create it (gcloud storage buckets create gs://{bucket}) or set the right one: "
+            f"dvc remote modify --local {name} url gs://BUCKET/dvc"
         )
 
 
@@ -119,8 +131,10 @@ def quiet_storage_logs() -> None:
 
 
 def lost_connection(command: str, name: str, url: str) -> str:
-    return (f"lost the connection to remote '{name}' ({url}) during {command}; what was transferred is kept and "
-            f"will not be sent again. When it is reachable, run: python -m tools.remote {command}  (details: {LOG})")
+    return (
+        f"lost the connection to remote '{name}' ({url}) during {command}; what was transferred is kept and "
+        f"will not be sent again. When it is reachable, run: python -m tools.remote {command}  (details: {LOG})"
+    )
 
 
 def explain_failure(command: str, name: str, url: str) -> StageFailed:
@@ -128,8 +142,10 @@ def explain_failure(command: str, name: str, url: str) -> StageFailed:
         log = f.read()
     if any(marker in log for marker in CONNECTION_TROUBLE):
         return StageFailed(lost_connection(command, name, url))
-    return StageFailed(f"{command} with remote '{name}' ({url}) failed (details above and in {LOG}); fix that, "
-                       f"then run: python -m tools.remote {command}")
+    return StageFailed(
+        f"{command} with remote '{name}' ({url}) failed (details above and in {LOG}); fix that, "
+        f"then run: python -m tools.remote {command}"
+    )
 
 
 def main() -> None:

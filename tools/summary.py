@@ -18,6 +18,7 @@ from stages.lib.params import load
 
 DVC_YAML = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dvc.yaml")  # the stages' order
 
+
 def duration(seconds: float) -> str:
     """42 s, 1:35 (m:ss), 1:02:05 (h:mm:ss)."""
     if seconds < 90:
@@ -30,8 +31,10 @@ def gate_line(name: str, figures: dict, limits: dict | None) -> str:
     """One gate's verdict and figures (convert_in's conversion check, convert_out's export
     check), beside its limits ({"check": ...}) when params.yaml is there to say them."""
     limit = (lambda key: f" (limit {limits['check'][key]:g})") if limits else (lambda key: "")
-    return (f"{name:<12s}{'passed' if figures['passed'] else 'FAILED'}: max KL {figures['kl_max']:.2g}{limit('max_kl')}, "
-            f"mean KL {figures['kl_mean']:.2g}{limit('max_mean_kl')}, top-1 agreement {figures['top1_agreement']:.4f}")
+    return (
+        f"{name:<12s}{'passed' if figures['passed'] else 'FAILED'}: max KL {figures['kl_max']:.2g}{limit('max_kl')}, "
+        f"mean KL {figures['kl_mean']:.2g}{limit('max_mean_kl')}, top-1 agreement {figures['top1_agreement']:.4f}"
+    )
 
 
 def lines(found: dict[str, dict], limits: dict | None) -> list[str]:
@@ -42,23 +45,30 @@ def lines(found: dict[str, dict], limits: dict | None) -> list[str]:
     if data:
         train, held_out = data["train"], data["eval"]
         median = lengths.get("train", {}).get("median_tokens")
-        out.append(f"data        {train['rows']:,} training conversations"
-                   + (f" ({train['skipped']} bad rows skipped)" if train["skipped"] else "")
-                   + (f", median {median:,} tokens" if median is not None else "") + f"; {held_out['rows']:,} held out")
+        out.append(
+            f"data        {train['rows']:,} training conversations"
+            + (f" ({train['skipped']} bad rows skipped)" if train["skipped"] else "")
+            + (f", median {median:,} tokens" if median is not None else "")
+            + f"; {held_out['rows']:,} held out"
+        )
     conversion = found.get("metrics/convert_check.json", {}).get("conversion")
     if conversion:
         out.append(gate_line("conversion", conversion, limits and limits["convert_in"]))
     run = found.get("dvclive/metrics.json", {}).get("run")
     if run and run.get("steps"):
-        out.append(f"training    {run['steps']} steps, loss {run['first_step_loss']:.3f} -> {run['final_loss']:.3f}"
-                   + (f", held-out {run['final_eval_loss']:.3f}" if run.get("final_eval_loss") is not None else "")
-                   + f"; {run['median_tokens_per_sec_per_device']:,.0f} tokens/s per device"
-                   + (f", MFU {run['mfu']:.1%}" if run.get("mfu") is not None else ""))
+        out.append(
+            f"training    {run['steps']} steps, loss {run['first_step_loss']:.3f} -> {run['final_loss']:.3f}"
+            + (f", held-out {run['final_eval_loss']:.3f}" if run.get("final_eval_loss") is not None else "")
+            + f"; {run['median_tokens_per_sec_per_device']:,.0f} tokens/s per device"
+            + (f", MFU {run['mfu']:.1%}" if run.get("mfu") is not None else "")
+        )
     heldout = found.get("metrics/eval.json", {}).get("eval")
     if heldout:
-        out.append(f"held-out    loss {heldout['base_loss']:.3f} (base) -> {heldout['fine_tuned_loss']:.3f} (fine-tuned), "
-                   f"perplexity {heldout['base_perplexity']:,.4g} -> {heldout['fine_tuned_perplexity']:,.4g}, "
-                   f"{heldout['target_tokens']:,} target tokens")
+        out.append(
+            f"held-out    loss {heldout['base_loss']:.3f} (base) -> {heldout['fine_tuned_loss']:.3f} (fine-tuned), "
+            f"perplexity {heldout['base_perplexity']:,.4g} -> {heldout['fine_tuned_perplexity']:,.4g}, "
+            f"{heldout['target_tokens']:,} target tokens"
+        )
     export = found.get("metrics/export_check.json", {}).get("export")
     if export:
         out.append(gate_line("export", export, limits and limits["convert_out"]))
@@ -66,14 +76,24 @@ def lines(found: dict[str, dict], limits: dict | None) -> list[str]:
     if times:
         order = stage_names(DVC_YAML)
         ran = [s for s in order if s in times] + sorted(set(times) - set(order))
-        out.append("time        " + ", ".join(f"{s} {duration(times[s])}" for s in ran)
-                   + f"; {duration(sum(times[s] for s in ran))} in all (each stage's last run)")
+        out.append(
+            "time        "
+            + ", ".join(f"{s} {duration(times[s])}" for s in ran)
+            + f"; {duration(sum(times[s] for s in ran))} in all (each stage's last run)"
+        )
     return out
 
 
 def main() -> None:
-    paths = ["metrics/dataset.json", "metrics/token_lengths.json", "metrics/convert_check.json", "dvclive/metrics.json",
-             "metrics/eval.json", "metrics/export_check.json", STAGE_TIMES]
+    paths = [
+        "metrics/dataset.json",
+        "metrics/token_lengths.json",
+        "metrics/convert_check.json",
+        "dvclive/metrics.json",
+        "metrics/eval.json",
+        "metrics/export_check.json",
+        STAGE_TIMES,
+    ]
     found = {p: outputs.read_json(p, {}) for p in paths}
     limits = load() if os.path.exists("params.yaml") else None
     summary = lines(found, limits)

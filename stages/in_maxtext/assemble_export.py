@@ -59,7 +59,9 @@ def assemble(maxtext_dir: str, base_dir: str, out_dir: str, dtype: str, shard_by
     """Writes the export into out_dir; returns {tensor name: 'maxtext' | 'base'}."""
     differences = config_differences(maxtext_dir, base_dir)
     if differences:
-        raise StageFailed("MaxText exported a config that differs from the base checkpoint's: " + "; ".join(differences[:5]))
+        raise StageFailed(
+            "MaxText exported a config that differs from the base checkpoint's: " + "; ".join(differences[:5])
+        )
 
     layouts = families.of(model_name).LAYOUTS
     layout = layouts[families.detect_layout(base_dir, model_name)]
@@ -80,7 +82,9 @@ def assemble(maxtext_dir: str, base_dir: str, out_dir: str, dtype: str, shard_by
             with safe_open(base_files[name], framework="np") as f:
                 base_shape = f.get_slice(name).get_shape()
             if list(tensor.shape) != list(base_shape):
-                raise StageFailed(f"{name}: exported shape {list(tensor.shape)} differs from the base's {list(base_shape)}")
+                raise StageFailed(
+                    f"{name}: exported shape {list(tensor.shape)} differs from the base's {list(base_shape)}"
+                )
             if np.issubdtype(tensor.dtype, np.floating) or tensor.dtype == ml_dtypes.bfloat16:
                 tensor = tensor.astype(target)
             yield name, tensor

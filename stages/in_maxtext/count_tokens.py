@@ -30,8 +30,9 @@ def load_tokenizer(path: str):
 
     # As MaxText's preprocessing_pipeline loads it when use_sft is set: no BOS or EOS added
     # by the tokenizer (the chat template writes them).
-    return transformers.AutoTokenizer.from_pretrained(path, add_bos_token=False, add_eos_token=False, legacy=False,
-                                                      extra_special_tokens={})
+    return transformers.AutoTokenizer.from_pretrained(
+        path, add_bos_token=False, add_eos_token=False, legacy=False, extra_special_tokens={}
+    )
 
 
 def rounds(messages: list[dict]) -> list[list[dict]]:
@@ -92,8 +93,11 @@ def lengths(tokenizer, jsonl: str, seed: int = 0) -> tuple[np.ndarray, str]:
     rows = {i: m for i, m in enumerate(read(jsonl)) if i in set(sample)}
     if all(maxtext_length(tokenizer, rows[i]) == found[i] for i in sample):
         return found, f"batched, {len(sample)} rows checked against MaxText's own functions"
-    print("token_lengths: the batched count differs from MaxText's on this chat template; counting every row "
-          "MaxText's way (slower)", flush=True)
+    print(
+        "token_lengths: the batched count differs from MaxText's on this chat template; counting every row "
+        "MaxText's way (slower)",
+        flush=True,
+    )
     return np.asarray([maxtext_length(tokenizer, m) for m in read(jsonl)], dtype=np.int32), "MaxText's own functions"
 
 

@@ -31,6 +31,7 @@ def packed_batches(maxtext_args: list[str]):
     from maxtext.configs import pyconfig
     from maxtext.input_pipeline import hf_data_processing
     from maxtext.utils import maxtext_utils
+
     config = pyconfig.initialize_pydantic(["data_position", *maxtext_args])
     mesh = maxtext_utils.get_mesh_from_config(config)
     batches = hf_data_processing.make_hf_train_iterator(config, mesh, [jax.process_index()])
@@ -59,7 +60,10 @@ def main() -> None:
     ours = parser.parse_args(sys.argv[1:split])
     maxtext_args = sys.argv[split + 1 :]
     if ours.streams:
-        replays = [[a for a in maxtext_args if not a.startswith("hf_train_files=")] + [f"hf_train_files={s}"] for s in ours.streams]
+        replays = [
+            [a for a in maxtext_args if not a.startswith("hf_train_files=")] + [f"hf_train_files={s}"]
+            for s in ours.streams
+        ]
         rows = [consumed_rows(args, ours.steps) for args in replays]
     else:
         rows = consumed_rows(maxtext_args, ours.steps)

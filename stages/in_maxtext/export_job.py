@@ -59,10 +59,15 @@ def main() -> None:
     logit_check.run(ours, {ours.out: ours.report}, check_args)
     with open(ours.report) as f:
         report = json.load(f)
-    report["tensors"] = {"fine_tuned": sum(v == "maxtext" for v in sources.values()),
-                         "from_base": sum(v == "base" for v in sources.values())}
-    report["seconds"] = {"conversion": converted - started, "assembly": assembled - converted,
-                         "check": time.monotonic() - assembled}
+    report["tensors"] = {
+        "fine_tuned": sum(v == "maxtext" for v in sources.values()),
+        "from_base": sum(v == "base" for v in sources.values()),
+    }
+    report["seconds"] = {
+        "conversion": converted - started,
+        "assembly": assembled - converted,
+        "check": time.monotonic() - assembled,
+    }
     with open(ours.report, "w") as f:
         json.dump(report, f, indent=2)
 

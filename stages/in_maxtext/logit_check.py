@@ -49,22 +49,31 @@ from stages.lib.gate import summary
 # that sliding-window (local) attention layers see more than their window.
 PROMPTS = [
     [{"role": "user", "content": "What is the capital of Peru?"}],
-    [{"role": "system", "content": "You are a concise assistant."},
-     {"role": "user", "content": "What is 17 plus 25?"},
-     {"role": "assistant", "content": "17 plus 25 is 42."},
-     {"role": "user", "content": "And if you double that?"}],
+    [
+        {"role": "system", "content": "You are a concise assistant."},
+        {"role": "user", "content": "What is 17 plus 25?"},
+        {"role": "assistant", "content": "17 plus 25 is 42."},
+        {"role": "user", "content": "And if you double that?"},
+    ],
     [{"role": "user", "content": "Explain in two sentences why the sky is blue, then list three colours of a sunset."}],
 ]
-LONG_TEXT = ("A river runs past the old mill; children play by the water while birds sing in the "
-             "willows, and the miller counts sacks of grain for the market on Thursday. ")
+LONG_TEXT = (
+    "A river runs past the old mill; children play by the water while birds sing in the "
+    "willows, and the miller counts sacks of grain for the market on Thursday. "
+)
 
 
 def prompt_token_ids(tokenizer, sliding_window: int) -> list[list[int]]:
-    ids = [list(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True)["input_ids"]) for p in PROMPTS]
+    ids = [
+        list(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True)["input_ids"]) for p in PROMPTS
+    ]
     long = LONG_TEXT
     while True:
-        tokens = list(tokenizer.apply_chat_template([{"role": "user", "content": long}], add_generation_prompt=True,
-                                                    tokenize=True)["input_ids"])
+        tokens = list(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": long}], add_generation_prompt=True, tokenize=True
+            )["input_ids"]
+        )
         if len(tokens) > sliding_window + 16:
             return ids + [tokens]
         long += LONG_TEXT
@@ -91,10 +100,21 @@ def maxtext_model(maxtext_args: list[str], prompts: list[list[int]], lora: tuple
     length = max(len(p) for p in prompts)
     n_dev = jax.device_count()
     batch = -(-len(prompts) // n_dev) * n_dev  # a whole number of rows per device
-    extra = [f"load_parameters_path={lora[0]}", "lora.enable_lora=true", f"lora.lora_restore_path={lora[1]}"] if lora else []
+    extra = (
+        [f"load_parameters_path={lora[0]}", "lora.enable_lora=true", f"lora.lora_restore_path={lora[1]}"]
+        if lora
+        else []
+    )
     config = pyconfig.initialize_pydantic(
-        ["export_check"] + maxtext_args + extra
-        + [f"max_target_length={length}", f"per_device_batch_size={batch // n_dev}", "dtype=float32", "run_name=export_check"]
+        ["export_check"]
+        + maxtext_args
+        + extra
+        + [
+            f"max_target_length={length}",
+            f"per_device_batch_size={batch // n_dev}",
+            "dtype=float32",
+            "run_name=export_check",
+        ]
     )
     model, mesh = model_creation_utils.from_pretrained(config)
     if lora:  # as train_sft does it
@@ -120,8 +140,13 @@ def logits(model, mesh, batch: int, prompts: list[list[int]]) -> list[np.ndarray
         segments[i, : len(p)] = 1
     positions = np.broadcast_to(np.arange(length, dtype=np.int32), (batch, length))
     with jax.set_mesh(mesh):
-        out = model(jnp.asarray(tokens), jnp.asarray(positions), decoder_segment_ids=jnp.asarray(segments),
-                    enable_dropout=False, model_mode=MODEL_MODE_TRAIN)
+        out = model(
+            jnp.asarray(tokens),
+            jnp.asarray(positions),
+            decoder_segment_ids=jnp.asarray(segments),
+            enable_dropout=False,
+            model_mode=MODEL_MODE_TRAIN,
+        )
     out = np.asarray(jax.device_get(out), dtype=np.float32)
     return [out[i, : len(p)] for i, p in enumerate(prompts)]
 
@@ -158,7 +183,11 @@ def transformers_logits(model_dir: str, prompts: list[list[int]], model_name: st
     from stages.lib import families
 
     config = transformers.AutoConfig.from_pretrained(model_dir)
-    auto = transformers.AutoModelForImageTextToText if hasattr(config, "vision_config") else transformers.AutoModelForCausalLM
+    auto = (
+        transformers.AutoModelForImageTextToText
+        if hasattr(config, "vision_config")
+        else transformers.AutoModelForCausalLM
+    )
     model = auto.from_pretrained(model_dir, dtype=torch.float32).eval()
     head = families.like_maxtext(model_name, model)
     gated, own = [], []
@@ -181,8 +210,15 @@ def with_head_cost(report: dict, gated: list, own: list | None, tie_margin: floa
     return report
 
 
-def check(export_dirs: list[str], base_dir: str, dtype: str, tie_margin: float, model_name: str,
-          maxtext_args: list[str], lora: tuple[str, str] | None = None) -> list[dict]:
+def check(
+    export_dirs: list[str],
+    base_dir: str,
+    dtype: str,
+    tie_margin: float,
+    model_name: str,
+    maxtext_args: list[str],
+    lora: tuple[str, str] | None = None,
+) -> list[dict]:
     """The export check's report for each export of one trained checkpoint (see the module
     docstring): the figures the gate reads, the rounding's cost, the config fields that
     differ from the base's, and for a LoRA run (`lora`: base params, adapter) the merge
@@ -196,8 +232,11 @@ def check(export_dirs: list[str], base_dir: str, dtype: str, tie_margin: float, 
     rounded_tensors = round_like_the_export(model, model_name, dtype, hf_config)
     reference = logits(model, mesh, batch, prompts)
     del model
-    rounding = {"dtype": dtype, "tensors": rounded_tensors,
-                **{k: v for k, v in summary(trained, reference, 0.0).items() if k != "prompts"}}
+    rounding = {
+        "dtype": dtype,
+        "tensors": rounded_tensors,
+        **{k: v for k, v in summary(trained, reference, 0.0).items() if k != "prompts"},
+    }
     merge = summary(logits(*maxtext_model(maxtext_args, prompts, lora), prompts), trained, tie_margin) if lora else None
     reports = []
     for export_dir in export_dirs:
@@ -239,8 +278,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(ours: argparse.Namespace, exports: dict[str, str], maxtext_args: list[str]) -> None:
     """Checks each export ({export directory: report path}) and writes its report."""
     lora = (ours.lora_base, ours.lora_adapter) if ours.lora_adapter else None
-    for report_path, report in zip(exports.values(), check(list(exports), ours.base, ours.dtype, ours.tie_margin,
-                                                              ours.model_name, maxtext_args, lora)):
+    for report_path, report in zip(
+        exports.values(),
+        check(list(exports), ours.base, ours.dtype, ours.tie_margin, ours.model_name, maxtext_args, lora),
+        strict=True,
+    ):
         with open(report_path, "w") as f:
             json.dump(report, f, indent=2)
 
@@ -257,14 +299,17 @@ def main() -> None:
         checkpoints = [ours.base, *ours.export]
         if len(checkpoints) != len(ours.report):
             parser.error("one --report for the base and one per --export")
-        for report_path, report in zip(ours.report, check_conversion(checkpoints, ours.tie_margin, ours.model_name,
-                                                                            sys.argv[split + 1 :])):
+        for report_path, report in zip(
+            ours.report,
+            check_conversion(checkpoints, ours.tie_margin, ours.model_name, sys.argv[split + 1 :]),
+            strict=True,
+        ):
             with open(report_path, "w") as f:
                 json.dump(report, f, indent=2)
         return
     if len(ours.export) != len(ours.report) or not ours.dtype:
         parser.error("one --report per --export, and --dtype")
-    run(ours, dict(zip(ours.export, ours.report)), sys.argv[split + 1 :])
+    run(ours, dict(zip(ours.export, ours.report, strict=True)), sys.argv[split + 1 :])
 
 
 if __name__ == "__main__":

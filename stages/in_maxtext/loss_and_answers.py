@@ -58,15 +58,20 @@ def generate(model_dir: str, prompts: list[str], max_new_tokens: int) -> list[st
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
     config = transformers.AutoConfig.from_pretrained(model_dir)
-    auto = transformers.AutoModelForImageTextToText if hasattr(config, "vision_config") else transformers.AutoModelForCausalLM
+    auto = (
+        transformers.AutoModelForImageTextToText
+        if hasattr(config, "vision_config")
+        else transformers.AutoModelForCausalLM
+    )
     model = auto.from_pretrained(model_dir).eval()
     answers = []
     for prompt in prompts:
-        inputs = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                               return_tensors="pt", return_dict=True)
+        inputs = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
         with torch.no_grad():
             out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
-        answers.append(tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True).strip())
+        answers.append(tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True).strip())
     return answers
 
 

@@ -106,7 +106,7 @@ def in_this_install(arg: str) -> str:
     if not arg.startswith(PACKAGE_PREFIX):
         return arg
     root = importlib.util.find_spec("maxtext").submodule_search_locations[0]
-    return os.path.join(root, arg[len(PACKAGE_PREFIX):])
+    return os.path.join(root, arg[len(PACKAGE_PREFIX) :])
 
 
 def fetch(url: str, local: str) -> None:
@@ -133,11 +133,15 @@ def fetch(url: str, local: str) -> None:
 
 def main() -> None:
     if "--" not in sys.argv:
-        sys.exit("usage: python -m stages.in_maxtext.main MODULE [--model-name M --hf-config DIR] [--hf-layout L] -- ARGS...")
+        sys.exit(
+            "usage: python -m stages.in_maxtext.main MODULE [--model-name M --hf-config DIR] [--hf-layout L] -- ARGS..."
+        )
     split = sys.argv.index("--")
     parser = argparse.ArgumentParser()
     parser.add_argument("module")
-    parser.add_argument("--model-name", help="MaxText's model_name, whose table entries --hf-config/--hf-layout replace")
+    parser.add_argument(
+        "--model-name", help="MaxText's model_name, whose table entries --hf-config/--hf-layout replace"
+    )
     parser.add_argument("--hf-config", help="HF checkpoint directory whose config.json replaces MaxText's table entry")
     parser.add_argument("--hf-layout", default="transformers", help="tensor-name layout of the HF checkpoint read")
     parser.add_argument("--validate-only", action="store_true", help="only run MaxText's config validation on ARGS")

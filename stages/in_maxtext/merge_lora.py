@@ -29,7 +29,9 @@ def restore_numpy(path: str) -> dict:
     checkpointer = ocp.PyTreeCheckpointer()
     metadata = checkpointer.metadata(path)
     tree = getattr(getattr(metadata, "item_metadata", None), "tree", metadata)
-    return checkpointer.restore(path, restore_args=jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree))
+    return checkpointer.restore(
+        path, restore_args=jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+    )
 
 
 def adapter_modules(node: dict, path: tuple = ()):

@@ -160,5 +160,7 @@ class Selection:
         if len(self.skipped) > self.max_skipped_fraction * seen:
             first = self.skipped[0]
             raise UserError(
-                f"{self.where}: {len(self.skipped)} of {seen} rows are bad ({100 * len(self.skipped) / seen:.2g}%), more than "
-                f"dataset.max_skipped_fraction={self.max_skipped_fraction:g}; the first, row {first['row']}: {first['reason']}")
+                f"{self.where}: {len(self.skipped)} of {seen} rows are bad ({100 * len(self.skipped) / seen:.2g}%), "
+                f"more than dataset.max_skipped_fraction={self.max_skipped_fraction:g}; "
+                f"the first, row {first['row']}: {first['reason']}"
+            )

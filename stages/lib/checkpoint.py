@@ -52,7 +52,9 @@ def parameter_count(model_dir: str) -> int:
     total = 0
     for path in sorted(set(tensor_files(model_dir).values())):
         if not os.path.exists(path):
-            raise CheckpointError(f"{path}: missing (named by model.safetensors.index.json); re-run the base_model stage")
+            raise CheckpointError(
+                f"{path}: missing (named by model.safetensors.index.json); re-run the base_model stage"
+            )
         with safe_open(path, framework="np") as f:
             total += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
     return total

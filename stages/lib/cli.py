@@ -14,7 +14,6 @@ import time
 
 from stages.lib.errors import Interrupted, StageFailed, UserError
 
-
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -73,6 +72,10 @@ def run(main, stage: str) -> None:
         sys.exit(1)
     except (KeyboardInterrupt, Interrupted) as e:
         why = f" ({e})" if str(e) else ""
-        print(f"{stage}: interrupted{why}; nothing was written to its outputs. `dvc repro` runs it again"
-              + (", resuming from the newest checkpoint" if stage == "train" else ""), file=sys.stderr, flush=True)
+        print(
+            f"{stage}: interrupted{why}; nothing was written to its outputs. `dvc repro` runs it again"
+            + (", resuming from the newest checkpoint" if stage == "train" else ""),
+            file=sys.stderr,
+            flush=True,
+        )
         sys.exit(130)

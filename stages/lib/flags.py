@@ -24,7 +24,12 @@ TRAIN_SFT = "maxtext.trainers.post_train.sft.train_sft"
 TRAIN_COMPILE = "maxtext.trainers.pre_train.train_compile"
 # The config file each entry point documents; our own child modules use SFT's, since they
 # run SFT's input pipeline or load what SFT trained.
-CONFIG_FILES = {TO_MAXTEXT: "base.yml", TO_HUGGINGFACE: "base.yml", TRAIN_COMPILE: "base.yml", TRAIN_SFT: "post_train/sft.yml"}
+CONFIG_FILES = {
+    TO_MAXTEXT: "base.yml",
+    TO_HUGGINGFACE: "base.yml",
+    TRAIN_COMPILE: "base.yml",
+    TRAIN_SFT: "post_train/sft.yml",
+}
 SFT_RUN_NAME = "sft"
 CHECK_SEPARATOR = "--check--"  # export_job's arguments: to_huggingface's, then the export check's
 
@@ -78,8 +83,10 @@ def common(params: dict, processes: int = 1) -> list[str]:
     """What every entry point gets: the base checkpoint's architecture, the hardware, caches.
     `processes`: of the job (only training runs as several: stages/lib/launch.py)."""
     args = families.maxtext_model_args(paths.BASE_HF, params["model"]["maxtext_name"])
-    args += [f"scan_layers={_bool(params['model']['scan_layers'])}",
-             f"jax_cache_dir={_abs(params['runtime']['compile_cache_dir'])}"]
+    args += [
+        f"scan_layers={_bool(params['model']['scan_layers'])}",
+        f"jax_cache_dir={_abs(params['runtime']['compile_cache_dir'])}",
+    ]
     if hardware.on_cpu(params):
         args += ["hardware=cpu"]
         if processes == 1:  # a job of several CPU processes joins JAX's distributed runtime
@@ -89,11 +96,15 @@ def common(params: dict, processes: int = 1) -> list[str]:
 
 def checkpoint_storage(params: dict) -> list[str]:
     m = params["model"]
-    return [f"checkpoint_storage_use_ocdbt={_bool(m['checkpoint_ocdbt'])}",
-            f"checkpoint_storage_use_zarr3={_bool(m['checkpoint_zarr3'])}"]
+    return [
+        f"checkpoint_storage_use_ocdbt={_bool(m['checkpoint_ocdbt'])}",
+        f"checkpoint_storage_use_zarr3={_bool(m['checkpoint_zarr3'])}",
+    ]
 
 
-def data(params: dict, train_file: str | None = None, workers: int | None = None, staged: Staged | None = None) -> list[str]:
+def data(
+    params: dict, train_file: str | None = None, workers: int | None = None, staged: Staged | None = None
+) -> list[str]:
     """How chat rows become token batches: shared by training, the resume replay and the
     evaluate stage, so that held-out loss is measured on exactly what training optimises.
     `workers`: grain's data processes (the batches are the same either way); training uses
@@ -138,16 +149,23 @@ def lora(params: dict) -> list[str]:
 
 
 def convert_in(params: dict, out_dir: str) -> Invocation:
-    return Invocation(TO_MAXTEXT, [config_file(TO_MAXTEXT), *common(params),
-        "use_multimodal=false",  # text SFT; the vision tower is carried over by convert_out
-        f"base_output_directory={_abs(out_dir)}",
-        "run_name=convert_in",
-        *checkpoint_storage(params),
-        f"--hf_model_path={paths.BASE_HF}",
-        "--lazy_load_tensors=true",  # one tensor at a time: RAM stays ~1 GB + the largest tensor
-        f"--save_dtype={params['convert_in']['save_dtype']}",
-    ], hf_config=paths.BASE_HF, hf_layout=families.detect_layout(paths.BASE_HF, params["model"]["maxtext_name"]),
-       model_name=params["model"]["maxtext_name"])
+    return Invocation(
+        TO_MAXTEXT,
+        [
+            config_file(TO_MAXTEXT),
+            *common(params),
+            "use_multimodal=false",  # text SFT; the vision tower is carried over by convert_out
+            f"base_output_directory={_abs(out_dir)}",
+            "run_name=convert_in",
+            *checkpoint_storage(params),
+            f"--hf_model_path={paths.BASE_HF}",
+            "--lazy_load_tensors=true",  # one tensor at a time: RAM stays ~1 GB + the largest tensor
+            f"--save_dtype={params['convert_in']['save_dtype']}",
+        ],
+        hf_config=paths.BASE_HF,
+        hf_layout=families.detect_layout(paths.BASE_HF, params["model"]["maxtext_name"]),
+        model_name=params["model"]["maxtext_name"],
+    )
 
 
 def conversion_check(params: dict, converted_dir: str, report: str, others: dict[str, str] | None = None) -> Invocation:
@@ -156,10 +174,25 @@ def conversion_check(params: dict, converted_dir: str, report: str, others: dict
     {HF checkpoint: report}, the calibration's faulty copies)."""
     c = params["convert_in"]["check"]
     pairs = [a for other, other_report in (others or {}).items() for a in ("--export", other, "--report", other_report)]
-    return Invocation("stages.in_maxtext.logit_check", [
-        "--conversion", "--report", report, "--base", paths.BASE_HF, *pairs, "--tie-margin", str(c["tie_margin"]),
-        "--model-name", params["model"]["maxtext_name"], "--",
-        config_file(TRAIN_SFT), *common(params), f"load_parameters_path={_abs(paths.converted_params(converted_dir))}"])
+    return Invocation(
+        "stages.in_maxtext.logit_check",
+        [
+            "--conversion",
+            "--report",
+            report,
+            "--base",
+            paths.BASE_HF,
+            *pairs,
+            "--tie-margin",
+            str(c["tie_margin"]),
+            "--model-name",
+            params["model"]["maxtext_name"],
+            "--",
+            config_file(TRAIN_SFT),
+            *common(params),
+            f"load_parameters_path={_abs(paths.converted_params(converted_dir))}",
+        ],
+    )
 
 
 def _training(params: dict, staged: Staged | None = None) -> list[str]:
@@ -179,13 +212,17 @@ def _training(params: dict, staged: Staged | None = None) -> list[str]:
     ]
 
 
-def train(params: dict, output_dir: str, metrics_file: str, train_file: str, staged: Staged | None = None) -> Invocation:
+def train(
+    params: dict, output_dir: str, metrics_file: str, train_file: str, staged: Staged | None = None
+) -> Invocation:
     """The training run; with `staged`, one every host of a multi-host job can run: its inputs
     on gs://, no path of this machine in it (stages/lib/launch.py)."""
     t = params["train"]
-    args = [config_file(TRAIN_SFT, portable=staged is not None), *common(params, hardware.hosts(params)),
-            *data(params, train_file, staged=staged),
-            *_training(params, staged),
+    args = [
+        config_file(TRAIN_SFT, portable=staged is not None),
+        *common(params, hardware.hosts(params)),
+        *data(params, train_file, staged=staged),
+        *_training(params, staged),
         f"base_output_directory={output_dir}",
         f"eval_interval={t['eval_interval'] or -1}",
         "eval_steps=-1",  # each evaluation covers the whole eval split
@@ -204,21 +241,38 @@ def profiler(params: dict) -> list[str]:
     r = params["runtime"]
     if not r["profile_steps"]:
         return []
-    return ["profiler=xplane", f"skip_first_n_steps_for_profiler={r['profile_skip_steps']}",
-            f"profiler_steps={r['profile_steps']}"]
+    return [
+        "profiler=xplane",
+        f"skip_first_n_steps_for_profiler={r['profile_skip_steps']}",
+        f"profiler_steps={r['profile_steps']}",
+    ]
 
 
-def data_position(params: dict, output_dir: str, train_file: str, steps: int, report: str,
-                  streams: list[str] | None = None) -> Invocation:
+def data_position(
+    params: dict, output_dir: str, train_file: str, steps: int, report: str, streams: list[str] | None = None
+) -> Invocation:
     """The resume replay (stages/in_maxtext/data_position.py): training's input pipeline, on CPU with
     as many simulated devices as one host of the recipe's accelerator has, so batches are the
     same; `streams`: each host's stream of a multi-host job, replayed one by one."""
     cpu = on_cpu(params)
     each = ["--streams", *streams] if streams else []
-    return Invocation("stages.in_maxtext.data_position", ["--steps", str(steps), "--report", report, *each, "--",
-                      config_file(TRAIN_SFT), *common(cpu), *data(cpu, train_file, workers=0), *_training(cpu),
-                      f"base_output_directory={output_dir}"],
-                      env={"XLA_FLAGS": f"--xla_force_host_platform_device_count={hardware.devices_per_host(params)}"})
+    return Invocation(
+        "stages.in_maxtext.data_position",
+        [
+            "--steps",
+            str(steps),
+            "--report",
+            report,
+            *each,
+            "--",
+            config_file(TRAIN_SFT),
+            *common(cpu),
+            *data(cpu, train_file, workers=0),
+            *_training(cpu),
+            f"base_output_directory={output_dir}",
+        ],
+        env={"XLA_FLAGS": f"--xla_force_host_platform_device_count={hardware.devices_per_host(params)}"},
+    )
 
 
 def count_tokens(splits: dict[str, str]) -> Invocation:
@@ -230,39 +284,69 @@ def count_tokens(splits: dict[str, str]) -> Invocation:
 
 def merge_lora(params: dict, adapter: str, out: str) -> Invocation:
     lo = params["train"]["lora"]
-    return Invocation("stages.in_maxtext.merge_lora", ["--base", _abs(paths.BASE_MAXTEXT_PARAMS), "--adapter", _abs(adapter),
-                                                "--scale", str(lo["alpha"] / lo["rank"]), "--out", _abs(out)])
+    return Invocation(
+        "stages.in_maxtext.merge_lora",
+        [
+            "--base",
+            _abs(paths.BASE_MAXTEXT_PARAMS),
+            "--adapter",
+            _abs(adapter),
+            "--scale",
+            str(lo["alpha"] / lo["rank"]),
+            "--out",
+            _abs(out),
+        ],
+    )
 
 
 def _to_huggingface(params: dict) -> list[str]:
-    return [config_file(TO_HUGGINGFACE), *common(params),
-            "use_multimodal=false",
-            f"load_parameters_path={_abs(paths.SFT_PARAMS)}",
-            "run_name=convert_out",
-            # Convert in float32 and round once, at the end (export.assemble): MaxText's bf16
-            # path rounds Gemma's 1+w norm scales before subtracting 1, four times coarser.
-            "weight_dtype=float32",
-            f"--hf_model_path={paths.BASE_HF}"]  # tokenizer source: the base, not the Hub
+    return [
+        config_file(TO_HUGGINGFACE),
+        *common(params),
+        "use_multimodal=false",
+        f"load_parameters_path={_abs(paths.SFT_PARAMS)}",
+        "run_name=convert_out",
+        # Convert in float32 and round once, at the end (export.assemble): MaxText's bf16
+        # path rounds Gemma's 1+w norm scales before subtracting 1, four times coarser.
+        "weight_dtype=float32",
+        f"--hf_model_path={paths.BASE_HF}",
+    ]  # tokenizer source: the base, not the Hub
 
 
 def convert_out(params: dict, out_dir: str) -> Invocation:
     """MaxText's own to_huggingface, as by hand (the stage runs it inside export_job)."""
-    return Invocation(TO_HUGGINGFACE, [*_to_huggingface(params), f"base_output_directory={_abs(out_dir)}"],
-                      hf_config=paths.BASE_HF, model_name=params["model"]["maxtext_name"])
+    return Invocation(
+        TO_HUGGINGFACE,
+        [*_to_huggingface(params), f"base_output_directory={_abs(out_dir)}"],
+        hf_config=paths.BASE_HF,
+        model_name=params["model"]["maxtext_name"],
+    )
 
 
 def _check_options(params: dict) -> list[str]:
     c = params["convert_out"]
-    ours = ["--base", paths.BASE_HF, "--tie-margin", str(c["check"]["tie_margin"]), "--dtype", c["dtype"],
-            "--model-name", params["model"]["maxtext_name"]]
+    ours = [
+        "--base",
+        paths.BASE_HF,
+        "--tie-margin",
+        str(c["check"]["tie_margin"]),
+        "--dtype",
+        c["dtype"],
+        "--model-name",
+        params["model"]["maxtext_name"],
+    ]
     if lora_enabled(params):
         ours += ["--lora-base", _abs(paths.BASE_MAXTEXT_PARAMS), "--lora-adapter", _abs(paths.SFT_LORA)]
     return ours
 
 
 def _check_reference(params: dict) -> list[str]:
-    return [config_file(TRAIN_SFT), *common(params), f"load_parameters_path={_abs(paths.SFT_PARAMS)}",
-            *(lora_shape(params) if lora_enabled(params) else [])]
+    return [
+        config_file(TRAIN_SFT),
+        *common(params),
+        f"load_parameters_path={_abs(paths.SFT_PARAMS)}",
+        *(lora_shape(params) if lora_enabled(params) else []),
+    ]
 
 
 def export_check(params: dict, exports: dict[str, str]) -> Invocation:
@@ -271,44 +355,74 @@ def export_check(params: dict, exports: dict[str, str]) -> Invocation:
     them; for a LoRA run also the merged parameters against the base with its adapter applied
     by MaxText, unmerged."""
     pairs = [a for export_dir, report in exports.items() for a in ("--export", export_dir, "--report", report)]
-    return Invocation("stages.in_maxtext.logit_check", [*pairs, *_check_options(params), "--", *_check_reference(params)])
+    return Invocation(
+        "stages.in_maxtext.logit_check", [*pairs, *_check_options(params), "--", *_check_reference(params)]
+    )
 
 
 def export_job(params: dict, out_dir: str, report: str) -> Invocation:
     """convert_out's work in one process (stages/in_maxtext/export_job.py): to_huggingface, the
     assembly into out_dir, the export check."""
     c = params["convert_out"]
-    ours = ["--out", _abs(out_dir), "--shard-bytes", str(c["shard_size_mb"] * 1024 * 1024), "--report", report,
-            *_check_options(params)]
-    return Invocation("stages.in_maxtext.export_job", [*ours, "--", *_to_huggingface(params), CHECK_SEPARATOR,
-                                                *_check_reference(params)], hf_config=paths.BASE_HF,
-                      model_name=params["model"]["maxtext_name"])
+    ours = [
+        "--out",
+        _abs(out_dir),
+        "--shard-bytes",
+        str(c["shard_size_mb"] * 1024 * 1024),
+        "--report",
+        report,
+        *_check_options(params),
+    ]
+    return Invocation(
+        "stages.in_maxtext.export_job",
+        [*ours, "--", *_to_huggingface(params), CHECK_SEPARATOR, *_check_reference(params)],
+        hf_config=paths.BASE_HF,
+        model_name=params["model"]["maxtext_name"],
+    )
 
 
-def loss_and_answers(params: dict, report: str, checkpoints: dict[str, str], answers: dict[str, str], prompts: str,
-               output_dir: str) -> Invocation:
+def loss_and_answers(
+    params: dict, report: str, checkpoints: dict[str, str], answers: dict[str, str], prompts: str, output_dir: str
+) -> Invocation:
     """The evaluate stage's child (stages/in_maxtext/loss_and_answers.py): held-out loss of each MaxText
     checkpoint, through training's data flags, and greedy answers of each HF checkpoint."""
     ours = ["--report", report]
     ours += [a for name, path in checkpoints.items() for a in ("--checkpoint", f"{name}={_abs(path)}")]
     ours += [a for name, path in answers.items() for a in ("--generate", f"{name}={_abs(path)}")]
     ours += ["--prompts", prompts, "--max-new-tokens", str(params["evaluate"]["max_new_tokens"])]
-    return Invocation("stages.in_maxtext.loss_and_answers", [*ours, "--", config_file(TRAIN_SFT), *common(params), *data(params, workers=0),
-                      f"base_output_directory={_abs(output_dir)}", "run_name=evaluate", "per_device_batch_size=1"])
+    return Invocation(
+        "stages.in_maxtext.loss_and_answers",
+        [
+            *ours,
+            "--",
+            config_file(TRAIN_SFT),
+            *common(params),
+            *data(params, workers=0),
+            f"base_output_directory={_abs(output_dir)}",
+            "run_name=evaluate",
+            "per_device_batch_size=1",
+        ],
+    )
 
 
 def fit_check(params: dict, workdir: str, overrides: dict) -> Invocation:
     """MaxText's ahead-of-time compile of the train step for the recipe's TPU topology, run on
     this machine's CPU with libtpu (no TPU needed)."""
     t = {**params["train"], **overrides}
-    return Invocation(TRAIN_COMPILE, [config_file(TRAIN_COMPILE), *common(on_cpu(params)),
-        f"compile_topology={hardware.TPUS[params['hardware']['kind']].topology}",
-        "compile_topology_num_slices=1",
-        f"base_output_directory={workdir}",
-        "run_name=fit_check",
-        f"per_device_batch_size={t['per_device_batch_size']}",
-        f"gradient_accumulation_steps={t['gradient_accumulation_steps']}",
-        f"max_target_length={t['max_target_length']}",
-    # No TPU is used, so do not take libtpu's single-process lock: the check must work beside
-    # a training run holding the TPU (or a test process that loaded libtpu).
-    ], env={"TPU_WORKER_HOSTNAMES": "localhost", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"})
+    return Invocation(
+        TRAIN_COMPILE,
+        [
+            config_file(TRAIN_COMPILE),
+            *common(on_cpu(params)),
+            f"compile_topology={hardware.TPUS[params['hardware']['kind']].topology}",
+            "compile_topology_num_slices=1",
+            f"base_output_directory={workdir}",
+            "run_name=fit_check",
+            f"per_device_batch_size={t['per_device_batch_size']}",
+            f"gradient_accumulation_steps={t['gradient_accumulation_steps']}",
+            f"max_target_length={t['max_target_length']}",
+            # No TPU is used, so do not take libtpu's single-process lock: the check must work beside
+            # a training run holding the TPU (or a test process that loaded libtpu).
+        ],
+        env={"TPU_WORKER_HOSTNAMES": "localhost", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"},
+    )

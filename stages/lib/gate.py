@@ -38,7 +38,9 @@ def compare(reference: np.ndarray, candidate: np.ndarray, tie_margin: float) -> 
 def failures(report: dict, limits: dict) -> list[str]:
     """What fails the export (empty: it passes): a config.json that is not the base's, and
     convert_out.check's limits."""
-    return [f"config.json differs from the base's: {d}" for d in report["config_differences"]] + threshold_failures(report, limits)
+    return [f"config.json differs from the base's: {d}" for d in report["config_differences"]] + threshold_failures(
+        report, limits
+    )
 
 
 def threshold_failures(report: dict, limits: dict, what: str = "") -> list[str]:
@@ -69,7 +71,7 @@ def metrics(report: dict, passed: bool, group: str = "export") -> dict:
 
 
 def summary(references: list[np.ndarray], candidates: list[np.ndarray], tie_margin: float) -> dict:
-    per_prompt = [compare(r, c, tie_margin) for r, c in zip(references, candidates)]
+    per_prompt = [compare(r, c, tie_margin) for r, c in zip(references, candidates, strict=True)]
     weights = [p["tokens"] for p in per_prompt]
     return {
         "prompts": per_prompt,

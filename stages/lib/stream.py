@@ -46,8 +46,12 @@ def packing_for(params: dict, lengths: np.ndarray) -> Packing | None:
     t = params["train"]
     if not t["packing"] or t["pack_window"] == 0:
         return None
-    return Packing(lengths, t["per_device_batch_size"] * hardware.devices_per_host(params), t["max_target_length"],
-                   t["pack_window"])
+    return Packing(
+        lengths,
+        t["per_device_batch_size"] * hardware.devices_per_host(params),
+        t["max_target_length"],
+        t["pack_window"],
+    )
 
 
 def line_offsets(path: str) -> np.ndarray:
@@ -112,7 +116,7 @@ def packed_order(epochs, packing: Packing):
         carried: list[int] = []
         for start in range(0, len(rows), packing.window):
             last = start + packing.window >= len(rows)
-            planned = rows_of_batches(carried + rows[start:start + packing.window], lengths, packing.max_length)
+            planned = rows_of_batches(carried + rows[start : start + packing.window], lengths, packing.max_length)
             # Oldest first, so what is carried over goes out with the next window.
             planned.sort(key=lambda packed: min(position[r] for r in packed))
             whole = len(planned) if last else len(planned) // per_batch * per_batch
@@ -130,8 +134,9 @@ def host_orders(rows: int, seed: int, epochs: int, hosts: int, host: int):
         yield permutation[host::hosts]
 
 
-def write(train_jsonl: str, out: str, seed: int, epochs: int, packing: Packing | None = None,
-          hosts: int = 1, host: int = 0) -> int:
+def write(
+    train_jsonl: str, out: str, seed: int, epochs: int, packing: Packing | None = None, hosts: int = 1, host: int = 0
+) -> int:
     """Writes the stream (host `host`'s of a job of `hosts` processes) to `out`, atomically;
     returns its number of rows. With `packing`, each epoch is arranged for MaxText's packer
     (packed_order), with the host's own batch."""

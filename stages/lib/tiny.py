@@ -30,7 +30,9 @@ def random_weights(shapes: dict, seed: int, norm_center: float = 0.0) -> dict:
     for name in sorted(shapes):
         shape = shapes[name]
         if "norm" in name:
-            weights[name] = (norm_center + rng.normal(0.0, 0.1, size=shape)).astype(np.float32).astype(ml_dtypes.bfloat16)
+            weights[name] = (
+                (norm_center + rng.normal(0.0, 0.1, size=shape)).astype(np.float32).astype(ml_dtypes.bfloat16)
+            )
             continue
         if name.endswith(".bias"):
             std = 0.1
@@ -51,8 +53,9 @@ def save_sharded(weights: dict, out_dir: str, shard_bytes: int = SHARD_BYTES) ->
         json.dump(index, f, indent=2, sort_keys=True)
 
 
-def write_checkpoint(out_dir: str, config: dict, generation: dict, shapes: dict, seed: int,
-                     norm_center: float = 0.0) -> None:
+def write_checkpoint(
+    out_dir: str, config: dict, generation: dict, shapes: dict, seed: int, norm_center: float = 0.0
+) -> None:
     """config.json, generation_config.json and the weights of a tiny checkpoint."""
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=2, sort_keys=True)

@@ -36,15 +36,20 @@ def count_truncated(params: dict) -> int:
     lengths = np.load(os.path.join(paths.LENGTHS, "train.npy"))
     too_long = int((lengths > max_length).sum())
     if too_long:
-        print(f"train: {too_long} of {len(lengths)} training conversations are longer than train.max_target_length="
-              f"{max_length} tokens; MaxText truncates them, so their ends are never trained on", flush=True)
+        print(
+            f"train: {too_long} of {len(lengths)} training conversations are longer than train.max_target_length="
+            f"{max_length} tokens; MaxText truncates them, so their ends are never trained on",
+            flush=True,
+        )
     return too_long
 
 
 def stream_names(params: dict, work: workdir.Workdir) -> list[str]:
     """Where each host's stream from step 0 is written (one file for one host)."""
     hosts = hardware.hosts(params)
-    names = ["stream.jsonl"] if hosts == 1 else [os.path.join("from-step-0", f"host-{i:03d}.jsonl") for i in range(hosts)]
+    names = (
+        ["stream.jsonl"] if hosts == 1 else [os.path.join("from-step-0", f"host-{i:03d}.jsonl") for i in range(hosts)]
+    )
     return [os.path.join(work.local, n) for n in names]
 
 
@@ -69,8 +74,9 @@ def streams_from(params: dict, work: workdir.Workdir, step: int) -> list[str]:
     report = f"position-{step}.json"  # computed once per resume point, kept beside the checkpoints
     work.restore(report)
     if not os.path.exists(os.path.join(work.local, report)):
-        replay = flags.data_position(params, work.url, full[0], step, os.path.join(work.local, report),
-                                     streams=full if len(full) > 1 else None)
+        replay = flags.data_position(
+            params, work.url, full[0], step, os.path.join(work.local, report), streams=full if len(full) > 1 else None
+        )
         maxtext.run("train.data_position", replay, params)
         work.save(report)
     with open(os.path.join(work.local, report)) as f:
@@ -80,11 +86,14 @@ def streams_from(params: dict, work: workdir.Workdir, step: int) -> list[str]:
         resumed = [os.path.join(work.local, f"stream-from-step-{step}.jsonl")]
     else:
         resumed = [os.path.join(work.local, f"from-step-{step}", f"host-{i:03d}.jsonl") for i in range(len(full))]
-    for source, rows, out in zip(full, consumed, resumed):
+    for source, rows, out in zip(full, consumed, resumed, strict=True):
         os.makedirs(os.path.dirname(out), exist_ok=True)
         stream.skip(source, rows, out)
-    print(f"train: resuming at step {step}: the data stream continues after the {sum(consumed)} conversations "
-          "those steps trained on", flush=True)
+    print(
+        f"train: resuming at step {step}: the data stream continues after the {sum(consumed)} conversations "
+        "those steps trained on",
+        flush=True,
+    )
     return resumed
 
 
@@ -119,8 +128,11 @@ def stage(params: dict, work: workdir.Workdir, streams: list[str], upload: bool 
     if upload:
         if upload_once(paths.BASE_MAXTEXT_PARAMS, base_url):
             print(f"train: staged the base checkpoint at {base_url}", flush=True)
-        tokenizer = sorted(n for n in os.listdir(paths.BASE_HF)
-                           if not n.endswith(TOKENIZER_SKIP) and os.path.isfile(os.path.join(paths.BASE_HF, n)))
+        tokenizer = sorted(
+            n
+            for n in os.listdir(paths.BASE_HF)
+            if not n.endswith(TOKENIZER_SKIP) and os.path.isfile(os.path.join(paths.BASE_HF, n))
+        )
         staging = os.path.join(work.local, "files")  # hard links: one directory to upload from
         os.makedirs(staging, exist_ok=True)
         for source in [os.path.join(paths.BASE_HF, n) for n in tokenizer] + [os.path.join(paths.DATA, "eval.jsonl")]:
@@ -133,6 +145,10 @@ def stage(params: dict, work: workdir.Workdir, streams: list[str], upload: bool 
     # machine too, apart from what was staged from, so that every worker reads the same bytes).
     copies = work.worker_copies
     files_local, streams_local = os.path.join(copies, "files"), os.path.join(copies, os.path.basename(from_step))
-    staged = flags.Staged(base_params=base_url, tokenizer=files_local, eval_file=os.path.join(files_local, "eval.jsonl"),
-                          fetch={files_url: files_local, streams_url: streams_local})
+    staged = flags.Staged(
+        base_params=base_url,
+        tokenizer=files_local,
+        eval_file=os.path.join(files_local, "eval.jsonl"),
+        fetch={files_url: files_local, streams_url: streams_local},
+    )
     return os.path.join(streams_local, "host-*.jsonl"), staged

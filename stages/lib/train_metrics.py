@@ -22,8 +22,13 @@ LIVE_DIR = "dvclive"
 SUMMARY = os.path.join(LIVE_DIR, "metrics.json")
 PLOTS = os.path.join(LIVE_DIR, "plots", "metrics")
 # DVCLive's name for each of MaxText's keys, per kind of line.
-TRAIN_KEYS = {"loss": "learning/loss", "learning_rate": "learning/current_learning_rate", "grad_norm": "learning/grad_norm",
-              "tokens_per_sec_per_device": "perf/per_device_tokens_per_sec", "step_time_s": "perf/step_time_seconds"}
+TRAIN_KEYS = {
+    "loss": "learning/loss",
+    "learning_rate": "learning/current_learning_rate",
+    "grad_norm": "learning/grad_norm",
+    "tokens_per_sec_per_device": "perf/per_device_tokens_per_sec",
+    "step_time_s": "perf/step_time_seconds",
+}
 EVAL_KEYS = {"loss": "eval/avg_loss", "perplexity": "eval/avg_perplexity"}
 
 
@@ -61,17 +66,26 @@ def progress_line(done: list[dict], total: int) -> str:
     recent = [s["perf/step_time_seconds"] for s in done[-10:] if s is not done[0]] or [last["perf/step_time_seconds"]]
     per_step = statistics.mean(recent)
     eta = per_step * (total - int(last["step"]))
-    return (f"step {int(last['step'])}/{total}  loss {last['learning/loss']:.4f}  "
-            f"lr {last['learning/current_learning_rate']:.2e}  {per_step:.2f} s/step  ETA {eta / 60:.1f} min")
+    return (
+        f"step {int(last['step'])}/{total}  loss {last['learning/loss']:.4f}  "
+        f"lr {last['learning/current_learning_rate']:.2e}  {per_step:.2f} s/step  ETA {eta / 60:.1f} min"
+    )
 
 
 def summary(done: list[dict], evaluations: list[dict], hardware_kind: str) -> dict:
     """The run in a few numbers (dvclive/metrics.json's "run"): step 1, which compiles, is
     left out of the medians."""
     if not done:  # trained elsewhere, and its metrics lines were lost with that machine's disk
-        return {"steps": None, "first_step_loss": None, "final_loss": None, "final_eval_loss": None,
-                "median_tokens_per_sec_per_device": None, "median_step_time_s": None, "tflops_per_sec_per_device": None,
-                "mfu": None}
+        return {
+            "steps": None,
+            "first_step_loss": None,
+            "final_loss": None,
+            "final_eval_loss": None,
+            "median_tokens_per_sec_per_device": None,
+            "median_step_time_s": None,
+            "tflops_per_sec_per_device": None,
+            "mfu": None,
+        }
     steady = done[1:] or done
     tflops = statistics.median(s["perf/per_device_tflops_per_sec"] for s in steady)
     tpu = hardware.TPUS.get(hardware_kind)
@@ -103,7 +117,9 @@ class Curve:
 
     def add(self, done: list[dict], evaluations: list[dict], up_to: int | None = None) -> None:
         """Logs every line not logged yet (with `up_to`: only steps up to it)."""
-        lines = [(int(r["step"]), "train", r, TRAIN_KEYS) for r in done] + [(int(r["step"]), "eval", r, EVAL_KEYS) for r in evaluations]
+        lines = [(int(r["step"]), "train", r, TRAIN_KEYS) for r in done] + [
+            (int(r["step"]), "eval", r, EVAL_KEYS) for r in evaluations
+        ]
         new = False
         for step, kind, row, keys in sorted(lines, key=lambda x: (x[0], x[1] == "train")):
             if (kind, step) in self.logged or (up_to is not None and step > up_to):

@@ -95,8 +95,11 @@ def input_hashes(params: dict, stage: str = "train") -> dict:
             if path in IDENTIFIED_BY_INPUTS:
                 producer = IDENTIFIED_BY_INPUTS[path]
                 keys, producer_deps = declared(producer)
-                out[path] = {"made_by": producer, "params": tracked_values(params, keys),
-                             "from": _dvc_hashes(repo, producer, data_dependencies(producer_deps))}
+                out[path] = {
+                    "made_by": producer,
+                    "params": tracked_values(params, keys),
+                    "from": _dvc_hashes(repo, producer, data_dependencies(producer_deps)),
+                }
     return out
 
 

@@ -70,7 +70,9 @@ def maxtext_model_args(model_dir: str, model_name: str) -> list[str]:
     config = checkpoint.text_config(model_dir, ("model_type", *family.CONFIG_FIELDS))
     try:
         if config.model_type != family.MODEL_TYPE:
-            raise CheckpointError(f"model_type={config.model_type!r} (a {family.NAME} checkpoint has {family.MODEL_TYPE!r})")
+            raise CheckpointError(
+                f"model_type={config.model_type!r} (a {family.NAME} checkpoint has {family.MODEL_TYPE!r})"
+            )
         return family.model_args(config, model_name)
     except CheckpointError as e:
         raise CheckpointError(f"{model_dir}/config.json: not convertible by MaxText as {model_name}: {e}") from None

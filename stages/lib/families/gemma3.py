@@ -57,17 +57,40 @@ ATTENTION_PATTERN = ["sliding_attention"] * 5 + ["full_attention"]
 
 MODEL_TYPE = "gemma3_text"  # of text_config (or of the whole config, for a text-only checkpoint)
 GGUF_ARCHITECTURE = "gemma3"  # general.architecture of a llama.cpp GGUF of it (base_model.source gguf)
-CONFIG_FIELDS = ("tie_word_embeddings", "hidden_activation", "query_pre_attn_scalar", "head_dim", "hidden_size", "num_attention_heads",
-                 "num_key_value_heads", "num_hidden_layers", "intermediate_size", "vocab_size", "sliding_window",
-                 "rms_norm_eps", "layer_types", "rope_parameters", "final_logit_softcapping", "attn_logit_softcapping")
+CONFIG_FIELDS = (
+    "tie_word_embeddings",
+    "hidden_activation",
+    "query_pre_attn_scalar",
+    "head_dim",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "num_hidden_layers",
+    "intermediate_size",
+    "vocab_size",
+    "sliding_window",
+    "rms_norm_eps",
+    "layer_types",
+    "rope_parameters",
+    "final_logit_softcapping",
+    "attn_logit_softcapping",
+)
 
 
 def model_args(t, model_name: str) -> list[str]:
-    expected_scalar = t.head_dim if model_name in ("gemma3-4b", "gemma3-12b") else t.hidden_size // t.num_attention_heads
-    problems = problems_in(t, {
-        "hidden_activation": ("gelu_pytorch_tanh", "MaxText's Gemma 3 uses tanh-GELU"),
-        "query_pre_attn_scalar": (expected_scalar, f"MaxText's {model_name} scales queries by {expected_scalar}**-0.5"),
-    })
+    expected_scalar = (
+        t.head_dim if model_name in ("gemma3-4b", "gemma3-12b") else t.hidden_size // t.num_attention_heads
+    )
+    problems = problems_in(
+        t,
+        {
+            "hidden_activation": ("gelu_pytorch_tanh", "MaxText's Gemma 3 uses tanh-GELU"),
+            "query_pre_attn_scalar": (
+                expected_scalar,
+                f"MaxText's {model_name} scales queries by {expected_scalar}**-0.5",
+            ),
+        },
+    )
     pattern = [ATTENTION_PATTERN[i % 6] for i in range(t.num_hidden_layers)]
     if list(t.layer_types) != pattern:
         problems.append("layer_types is not Gemma 3's 5-local/1-global pattern")
@@ -92,8 +115,14 @@ def model_args(t, model_name: str) -> list[str]:
 # MaxText's Gemma 3 tables (its parameter mapping, hooks and HF shapes) read
 # config["text_config"] and config["vision_config"]: a text-only config is handed to them as
 # the text config of a model without vision layers (stages/in_maxtext/main.py).
-NO_VISION = {"hidden_size": 0, "intermediate_size": 0, "num_hidden_layers": 0, "patch_size": 1, "num_channels": 0,
-             "image_size": 0}
+NO_VISION = {
+    "hidden_size": 0,
+    "intermediate_size": 0,
+    "num_hidden_layers": 0,
+    "patch_size": 1,
+    "num_channels": 0,
+    "image_size": 0,
+}
 
 
 def converter_config(config: dict) -> dict:
@@ -211,7 +240,12 @@ def tensor_shapes(config: dict) -> dict[str, tuple[int, ...]]:
     shapes = {f"{lm}embed_tokens.weight": (t["vocab_size"], hidden), f"{lm}norm.weight": (hidden,)}
     for i in range(t["num_hidden_layers"]):
         layer = f"{lm}layers.{i}."
-        for norm in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"):
+        for norm in (
+            "input_layernorm",
+            "post_attention_layernorm",
+            "pre_feedforward_layernorm",
+            "post_feedforward_layernorm",
+        ):
             shapes[f"{layer}{norm}.weight"] = (hidden,)
         shapes[f"{layer}self_attn.q_norm.weight"] = (hd,)
         shapes[f"{layer}self_attn.k_norm.weight"] = (hd,)

@@ -30,32 +30,55 @@ from stages.lib.families import dimension_args, problems_in, refuse, rounded
 NAME = "Llama 3"
 MAXTEXT_NAMES = ("llama3.1-8b", "llama3.1-70b", "llama3.1-405b")
 PIPELINE_TAG = "text-generation"  # the Hub's task for the model card
-TINY = ("LlamaForCausalLM, 4 layers, hidden 128; Llama 3's vocabulary (MaxText's tokenizer_llama3.tiktoken) and "
-        "Meta's Llama 3 Instruct chat template (written in stages/lib/families/llama3.py)")
+TINY = (
+    "LlamaForCausalLM, 4 layers, hidden 128; Llama 3's vocabulary (MaxText's tokenizer_llama3.tiktoken) and "
+    "Meta's Llama 3 Instruct chat template (written in stages/lib/families/llama3.py)"
+)
 LAYOUTS = {"transformers": {"language_model": "model.", "lm_head": "lm_head."}}
 
 MODEL_TYPE = "llama"
-CONFIG_FIELDS = ("hidden_act", "attention_bias", "mlp_bias", "head_dim", "hidden_size", "num_attention_heads",
-                 "num_key_value_heads", "num_hidden_layers", "intermediate_size", "vocab_size", "rms_norm_eps",
-                 "rope_parameters", "tie_word_embeddings")
+CONFIG_FIELDS = (
+    "hidden_act",
+    "attention_bias",
+    "mlp_bias",
+    "head_dim",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "num_hidden_layers",
+    "intermediate_size",
+    "vocab_size",
+    "rms_norm_eps",
+    "rope_parameters",
+    "tie_word_embeddings",
+)
 # What MaxText's LLaMARotaryEmbedding computes (maxtext/layers/embeddings.py, hard-coded).
-MAXTEXT_LLAMA31_ROPE = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                        "original_max_position_embeddings": 8192}
+MAXTEXT_LLAMA31_ROPE = {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
 
 
 def model_args(t, model_name: str) -> list[str]:
-    problems = problems_in(t, {
-        "hidden_act": ("silu", "MaxText's Llama uses a SiLU-gated MLP"),
-        "attention_bias": (False, "MaxText's Llama has no attention biases"),
-        "mlp_bias": (False, "MaxText's Llama has no MLP biases"),
-    })
+    problems = problems_in(
+        t,
+        {
+            "hidden_act": ("silu", "MaxText's Llama uses a SiLU-gated MLP"),
+            "attention_bias": (False, "MaxText's Llama has no attention biases"),
+            "mlp_bias": (False, "MaxText's Llama has no MLP biases"),
+        },
+    )
     rope = t.rope_parameters or {}
     rope_type = rope.get("rope_type", "default")
     if rope_type == "llama3":
         scaling = {k: float(rope.get(k, -1)) for k in MAXTEXT_LLAMA31_ROPE}
         if scaling != MAXTEXT_LLAMA31_ROPE:
-            problems.append(f"rope_scaling={scaling} (MaxText computes Llama 3.1's {MAXTEXT_LLAMA31_ROPE} only; "
-                            "Llama 3.2's factor 32 is not expressible)")
+            problems.append(
+                f"rope_scaling={scaling} (MaxText computes Llama 3.1's {MAXTEXT_LLAMA31_ROPE} only; "
+                "Llama 3.2's factor 32 is not expressible)"
+            )
     elif rope_type != "default":
         problems.append(f"rope_scaling type {rope_type!r} (MaxText's Llama supports Llama 3.1's scaling or none)")
     refuse(problems)
@@ -100,8 +123,13 @@ TINY_CONFIG = {
     "num_key_value_heads": 2,
     "pretraining_tp": 1,
     "rms_norm_eps": 1e-05,
-    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_scaling": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
     "rope_theta": 500000.0,
     "tie_word_embeddings": False,  # as Llama 3.1 8B
     "torch_dtype": "bfloat16",
@@ -118,8 +146,9 @@ CHAT_TEMPLATE = (
 
 def build_tiny(out_dir: str, seed: int) -> None:
     generation = {"bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009]}
-    tiny.write_checkpoint(out_dir, TINY_CONFIG, generation, tiny.causal_lm_shapes(TINY_CONFIG, qk_norm=False), seed,
-                          norm_center=1.0)
+    tiny.write_checkpoint(
+        out_dir, TINY_CONFIG, generation, tiny.causal_lm_shapes(TINY_CONFIG, qk_norm=False), seed, norm_center=1.0
+    )
     for name, content in _tokenizer_files().items():
         with open(os.path.join(out_dir, name), "wb") as f:
             f.write(content)
@@ -137,13 +166,20 @@ def _tokenizer_files() -> dict[str, bytes]:
 
     path = tiny.maxtext_asset("assets", "tokenizers", "tokenizer_llama3.tiktoken")
     special = TikTokenTokenizer(path, add_bos=False, add_eos=False).special_tokens
-    backend = TikTokenConverter(vocab_file=path, pattern=TikTokenTokenizer.pat_str,
-                                extra_special_tokens=sorted(special, key=special.get)).converted()
+    backend = TikTokenConverter(
+        vocab_file=path, pattern=TikTokenTokenizer.pat_str, extra_special_tokens=sorted(special, key=special.get)
+    ).converted()
     bos = "<|begin_of_text|>"
     backend.post_processor = processors.TemplateProcessing(
-        single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 {bos}:1 $B:1", special_tokens=[(bos, special[bos])])
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=bos, eos_token="<|eot_id|>",
-                                                     model_max_length=131072, chat_template=CHAT_TEMPLATE)
+        single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 {bos}:1 $B:1", special_tokens=[(bos, special[bos])]
+    )
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=bos,
+        eos_token="<|eot_id|>",
+        model_max_length=131072,
+        chat_template=CHAT_TEMPLATE,
+    )
     with tempfile.TemporaryDirectory() as out:
         tokenizer.save_pretrained(out)
         return {name: open(os.path.join(out, name), "rb").read() for name in sorted(os.listdir(out))}

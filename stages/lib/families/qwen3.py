@@ -27,21 +27,38 @@ from stages.lib.families import dimension_args, problems_in, refuse, rounded
 NAME = "Qwen 3"
 MAXTEXT_NAMES = ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b")
 PIPELINE_TAG = "text-generation"  # the Hub's task for the model card
-TINY = ("Qwen3ForCausalLM, 4 layers, hidden 128, tied embeddings; Qwen 3's own tokenizer and chat template "
-        "(shipped with MaxText)")
+TINY = (
+    "Qwen3ForCausalLM, 4 layers, hidden 128, tied embeddings; Qwen 3's own tokenizer and chat template "
+    "(shipped with MaxText)"
+)
 LAYOUTS = {"transformers": {"language_model": "model.", "lm_head": "lm_head."}}
 
 MODEL_TYPE = "qwen3"  # dense; Qwen 3 MoE (qwen3_moe) is another MaxText block
-CONFIG_FIELDS = ("hidden_act", "attention_bias", "head_dim", "hidden_size", "num_attention_heads",
-                 "num_key_value_heads", "num_hidden_layers", "intermediate_size", "vocab_size", "rms_norm_eps",
-                 "rope_parameters", "tie_word_embeddings", "use_sliding_window")
+CONFIG_FIELDS = (
+    "hidden_act",
+    "attention_bias",
+    "head_dim",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "num_hidden_layers",
+    "intermediate_size",
+    "vocab_size",
+    "rms_norm_eps",
+    "rope_parameters",
+    "tie_word_embeddings",
+    "use_sliding_window",
+)
 
 
 def model_args(t, model_name: str) -> list[str]:
-    problems = problems_in(t, {
-        "hidden_act": ("silu", "MaxText's Qwen 3 uses a SiLU-gated MLP"),
-        "attention_bias": (False, "MaxText's Qwen 3 block has no attention biases"),
-    })
+    problems = problems_in(
+        t,
+        {
+            "hidden_act": ("silu", "MaxText's Qwen 3 uses a SiLU-gated MLP"),
+            "attention_bias": (False, "MaxText's Qwen 3 block has no attention biases"),
+        },
+    )
     if t.use_sliding_window:
         problems.append("use_sliding_window=True (MaxText's Qwen 3 block attends globally)")
     rope = t.rope_parameters or {}
@@ -91,8 +108,9 @@ TINY_CONFIG = {
 
 def build_tiny(out_dir: str, seed: int) -> None:
     generation = {"bos_token_id": 151643, "eos_token_id": [151645, 151643], "pad_token_id": 151643}
-    tiny.write_checkpoint(out_dir, TINY_CONFIG, generation, tiny.causal_lm_shapes(TINY_CONFIG, qk_norm=True), seed,
-                          norm_center=1.0)
+    tiny.write_checkpoint(
+        out_dir, TINY_CONFIG, generation, tiny.causal_lm_shapes(TINY_CONFIG, qk_norm=True), seed, norm_center=1.0
+    )
     source = tiny.maxtext_asset("assets", "tokenizers", "qwen3-tokenizer")
     for name in sorted(os.listdir(source)):
         shutil.copyfile(os.path.join(source, name), os.path.join(out_dir, name))
