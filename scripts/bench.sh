@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark suite (~31 minutes on 2 cores, ~20 GB of free disk): prints a table of
+# The benchmark suite (its run time: docs/benchmarks.md; ~20 GB of free disk): prints a table of
 # measurements, each against a baseline taken in the same run. See bench/run.py.
 #
 #   scripts/bench.sh                                  # print the table

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole pipeline on this machine's CPU, offline:
 #
-#   scripts/demo.sh          # the tiny recipe: random tiny Gemma 3, ~4 minutes past set-up
-#   scripts/demo.sh small    # the real Gemma 3 270M (recipes/small.yaml), ~15 minutes
+#   scripts/demo.sh          # the tiny recipe: random tiny Gemma 3, minutes past set-up
+#   scripts/demo.sh small    # the real Gemma 3 270M (recipes/small.yaml); times: docs/benchmarks.md
 #
 # Builds .venv if needed, switches params.yaml to the recipe and runs `dvc repro` (further
 # arguments go to it).

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The test suite: real MaxText on CPU with the tiny model, real DVC, real GCS protocol.
+# The test suite: real MaxText on CPU with the tiny models and a real Gemma 3, real DVC, real
+# GCS protocol (how long each layer takes: docs/benchmarks.md; the layers: docs/testing.md).
 #
-#   scripts/test.sh            # everything (~40 minutes on 2 cores, two workers)
-#   scripts/test.sh -m "not slow"   # the fast tests only (~1.5 minutes)
+#   scripts/test.sh                 # everything, two workers
+#   scripts/test.sh -m "not slow"   # the fast layer only
 #
 # Builds .venv (and the browser check's Chromium + node packages) if needed. Extra arguments go to pytest.
 set -euo pipefail

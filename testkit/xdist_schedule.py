@@ -4,9 +4,10 @@
 scripts/test.sh runs two workers (a pipeline test spends much of its time in single-threaded
 work: imports, DVC, Python loops, so two share the 2 cores well). Each test file runs whole on
 one worker (`--dist loadscope` with a file, or a group of files, as the scope), the longest
-first. The scheduler refines xdist's LoadScopeScheduling through two of its private members
-(`_pending_of`, `_assign_work_unit`); should a new xdist lack them, it falls back to plain
-loadscope, which still keeps every group on one worker (the order is then xdist's).
+first. The scheduler refines xdist's LoadScopeScheduling through its private members
+(`_pending_of`, `_assign_work_unit`, `workqueue`, `assigned_work`); should a new xdist lack
+one, it falls back to plain loadscope (or, at run time, to loadscope's own rescheduling),
+which still keeps every group on one worker.
 """
 
 # Files whose tests change a shared fixture run on one worker: both `dvc exp apply` in the
@@ -75,12 +76,17 @@ def pytest_xdist_make_scheduler(config, log):
             # with tests of minutes that bound two more pipeline files to one busy worker
             # while the other ran out of work (a 4-minute tail, measured). One pending test
             # is the least that keeps a worker going: it runs a test only once it knows the next.
-            if node.shutting_down:
+            try:
+                if node.shutting_down:
+                    return
+                if not self.workqueue:
+                    node.shutdown()
+                    return
+                pending = self._pending_of(self.assigned_work[node])
+            except AttributeError:  # xdist's internals changed: its own rescheduling
+                super()._reschedule(node)
                 return
-            if not self.workqueue:
-                node.shutdown()
-                return
-            if self._pending_of(self.assigned_work[node]) <= 1:
+            if pending <= 1:
                 self._assign_work_unit(node)
 
     return ByFile(config, log)

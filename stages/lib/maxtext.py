@@ -40,10 +40,10 @@ class MaxTextFailed(StageFailed):
 
 # glibc's malloc hands every block over 32 MB to the kernel (mmap) and gives it back when it
 # is freed (munmap), so the arrays XLA allocates anew for each step (weights, gradients,
-# optimizer state) are faulted in again 4 KB at a time: 12 million page faults in a tiny
-# training, nearly a third of its CPU time spent in the kernel. This tunable has glibc ask for
-# transparent huge pages (2 MB) for its blocks instead (glibc >= 2.35; older ones ignore it):
-# 19x fewer faults, 0.78x the CPU time (bench/malloc.py). Nothing computed changes.
+# optimizer state) are faulted in again 4 KB at a time, a large share of a training's CPU
+# time spent in the kernel. This tunable has glibc ask for transparent huge pages (2 MB) for
+# its blocks instead (glibc >= 2.35; older ones ignore it): far fewer faults, less CPU time
+# (python -m bench.malloc; docs/benchmarks.md, row 16). Nothing computed changes.
 HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb"
 
 
