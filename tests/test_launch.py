@@ -2,6 +2,7 @@
 one line, told only its place in the job; the XPK workload is one xpk's own parser accepts;
 no credential is in any of them. The two-process run itself: tests/test_multihost.py."""
 
+import dataclasses
 import json
 import os
 import shlex
@@ -142,3 +143,18 @@ def test_every_maxtext_process_asks_for_huge_pages_unless_told_otherwise(slice_1
     assert maxtext.child_env(p)["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0")
     assert maxtext.child_env(p)["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0"
+
+
+def test_a_workers_own_metrics_file_changes_nothing_else_of_its_invocation():
+    job = flags.Invocation(
+        flags.TRAIN_SFT,
+        ["a=1", "metrics_file=m.jsonl"],
+        hf_config="h",
+        model_name="n",
+        hf_layout="l",
+        env={"E": "1"},
+        fetch={"gs://b/x": "x"},
+    )
+    own = launch._own_metrics_file(job, 1)
+    assert own.args == ["a=1", "metrics_file=m.jsonl.worker-1"]
+    assert dataclasses.replace(own, args=job.args) == job

@@ -18,6 +18,7 @@ its coordinator port is fixed at 1234, so one such job at a time per machine). O
 finds its peers from the TPU runtime itself.
 """
 
+import dataclasses
 import os
 import shlex
 import subprocess
@@ -60,9 +61,7 @@ def _own_metrics_file(invocation: Invocation, index: int) -> Invocation:
     if index == 0:
         return invocation
     args = [f"{a}.worker-{index}" if a.startswith("metrics_file=") else a for a in invocation.args]
-    return Invocation(
-        invocation.module, args, invocation.hf_config, invocation.hf_layout, invocation.env, invocation.fetch
-    )
+    return dataclasses.replace(invocation, args=args)
 
 
 def transport(params: dict, index: int, line: str) -> list[str]:
