@@ -1,9 +1,14 @@
 """The dependency sets stay consistent (what the TPU set shares with the CPU lock is pinned to
 the same versions), and the committed params.yaml is the committed TPU recipe."""
 
+import platform
 import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,3 +31,33 @@ def committed(path: str) -> str:
 
 def test_committed_params_is_the_tpu_recipe():
     assert committed("params.yaml") == committed("recipes/gemma3-4b-v6e-8.yaml")
+
+
+@pytest.mark.slow  # venv with pip: tens of seconds
+def test_setup_tpu_gets_python_3_12_from_uv_where_path_has_none(tmp_path):
+    """The tutorial's VM image (Ubuntu 22.04) has Python 3.10: with no python3.12 on PATH,
+    scripts/setup-tpu.sh asks uv for one. uv's download of a standalone CPython cannot happen
+    offline, so the managed installation it would make is laid out here, from this Python."""
+    project, tools, managed, home = (tmp_path / d for d in ("project", "bin", "uv-python", "home"))
+    (project / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "setup-tpu.sh", project / "scripts")
+    tools.mkdir()
+    (tools / "uv").symlink_to(Path(sys.executable).parent / "uv")
+    version = platform.python_version()
+    interpreter = managed / f"cpython-{version}-linux-x86_64-gnu" / "bin"
+    interpreter.mkdir(parents=True)
+    (interpreter / "python3.12").symlink_to(Path(sys.base_prefix) / "bin" / "python3.12")
+    path = f"{tools}:/usr/bin:/bin"
+    assert shutil.which("python3.12", path=path) is None  # hidden: only uv can provide it
+    env = {
+        "HOME": str(home),
+        "PATH": path,
+        "UV_PYTHON_INSTALL_DIR": str(managed),
+        "UV_OFFLINE": "1",
+        "SETUP_TPU_PYTHON_ONLY": "1",
+    }
+    proc = subprocess.run(["bash", "scripts/setup-tpu.sh"], cwd=project, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"Python 3.12 from uv: {interpreter / 'python3.12'}" in proc.stdout
+    made = subprocess.run([project / ".venv" / "bin" / "python", "--version"], capture_output=True, text=True)
+    assert made.stdout.strip() == f"Python {version}"

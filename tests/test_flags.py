@@ -69,7 +69,8 @@ def test_the_tutorials_values_reach_maxtext(project_4b):
     }
     assert train["base_output_directory"] == "gs://b/work" and train["hf_train_files"] == "/data/stream.jsonl"
     assert train["enable_data_shuffling"] == "false" and train["num_epoch"] == "1"  # the stream is the order
-    assert train["eval_interval"] == "250" and train["checkpoint_period"] == "200"
+    # saves at steps 1 and 1000, as the tutorial does
+    assert train["eval_interval"] == "250" and train["checkpoint_period"] == "1000"
     convert_in = flags.convert_in(project_4b, "out")
     assert {"--save_dtype=float32", "--lazy_load_tensors=true", "use_multimodal=false"} <= set(convert_in.args)
     assert kv(convert_in.args)["base_emb_dim"] == "2560" and kv(convert_in.args)["base_num_decoder_layers"] == "34"
@@ -195,3 +196,25 @@ def test_the_tiny_recipe_runs_on_the_cpu(tiny_base, tmp_path, monkeypatch):
         }
     }
     assert not [v for v in inputs.values() if v.startswith("/") or str(tmp_path) in v]
+
+
+def test_on_a_slice_the_one_process_work_runs_on_worker_0s_cpu_and_training_on_the_slice(project_4b):
+    """Left to its defaults, MaxText on worker 0 of a v6e-16 joins the slice's distributed job
+    and waits for workers that never start: the conversions, the gates and evaluation run as
+    one process on its CPU (the tutorial's to_maxtext flags), training on every host."""
+    p = project_4b
+    p["hardware"].update(kind="v6e-16", hosts=4, tpu_env=None)
+    one_process = {
+        "convert_in": flags.convert_in(p, "out"),
+        "conversion check": flags.conversion_check(p, "out", "r.json"),
+        "convert_out": flags.export_job(p, "out", "r.json"),
+        "export check": flags.export_check(p, {"out": "r.json"}),
+        "evaluate": flags.loss_and_answers(p, "r.json", {"base": "b"}, {}, "p.json", "w"),
+    }
+    for name, invocation in one_process.items():
+        assert {"hardware=cpu", "skip_jax_distributed_system=true"} <= set(invocation.args), name
+        assert invocation.env["JAX_PLATFORMS"] == "cpu", name
+    train = flags.train(p, "gs://b/w", "m", "s")
+    assert "hardware=cpu" not in train.args and "skip_jax_distributed_system=true" not in train.args
+    p["hardware"].update(kind="v6e-8", hosts=1)  # one VM: its own TPU, as before
+    assert "hardware=cpu" not in flags.convert_in(p, "out").args and flags.convert_in(p, "out").env == {}

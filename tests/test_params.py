@@ -186,3 +186,16 @@ def test_loaded_params_note_the_keys_a_stage_reads(monkeypatch):
     p = schema.load("recipes/gemma3-4b-v6e-8.yaml")
     _ = p["train"]["lora"]["rank"], p["runtime"].get("keep_scratch"), p["hardware"]
     assert schema.keys_read == {"train", "train.lora", "train.lora.rank", "runtime", "runtime.keep_scratch", "hardware"}
+
+
+def test_tpu_env_passes_further_tpu_variables_through_and_refuses_others(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    tpu = yaml.safe_load(params_text("gemma3-4b-v6e-8"))
+    extra = changed(tpu, "hardware.tpu_env.TPU_PREMAPPED_BUFFER_SIZE", "4294967296")
+    loaded = schema.validate(extra, "params.yaml")
+    assert loaded["hardware"]["tpu_env"]["TPU_PREMAPPED_BUFFER_SIZE"] == "4294967296"
+    said = error(changed(tpu, "hardware.tpu_env.LIBTPU_INIT_ARGS", "--xla_x"))
+    assert said.startswith("params.yaml: hardware.tpu_env.LIBTPU_INIT_ARGS: not a TPU_* variable"), said
+    assert error(changed(tpu, "hardware.tpu_env.TPU_NAME", DELETE)).startswith(
+        "params.yaml: hardware.tpu_env.TPU_NAME: missing"
+    )

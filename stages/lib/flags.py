@@ -79,6 +79,19 @@ def on_cpu(params: dict) -> dict:
     return {**params, "hardware": {"kind": "cpu", "hosts": 1, "tpu_env": None}}
 
 
+def one_host(params: dict) -> dict:
+    """Params for MaxText work that runs as one process on the machine running the stage (the
+    conversions, the gates, evaluation). On a multi-host TPU slice that is worker 0's CPU, as
+    the tutorial runs to_maxtext: left to its defaults, MaxText would join the slice's
+    distributed job and wait for workers that never start. Elsewhere, the recipe's hardware."""
+    return on_cpu(params) if hardware.hosts(params) > 1 and not hardware.on_cpu(params) else params
+
+
+def one_host_env(params: dict) -> dict[str, str]:
+    """The environment one_host's placement needs: JAX kept off the slice's TPU runtime."""
+    return {"JAX_PLATFORMS": "cpu"} if one_host(params) is not params else {}
+
+
 def common(params: dict, processes: int = 1) -> list[str]:
     """What every entry point gets: the base checkpoint's architecture, the hardware, caches.
     `processes`: of the job (only training runs as several: stages/lib/launch.py)."""
@@ -153,7 +166,7 @@ def convert_in(params: dict, out_dir: str) -> Invocation:
         TO_MAXTEXT,
         [
             config_file(TO_MAXTEXT),
-            *common(params),
+            *common(one_host(params)),
             "use_multimodal=false",  # text SFT; the vision tower is carried over by convert_out
             f"base_output_directory={_abs(out_dir)}",
             "run_name=convert_in",
@@ -165,6 +178,7 @@ def convert_in(params: dict, out_dir: str) -> Invocation:
         hf_config=paths.BASE_HF,
         hf_layout=families.detect_layout(paths.BASE_HF, params["model"]["maxtext_name"]),
         model_name=params["model"]["maxtext_name"],
+        env=one_host_env(params),
     )
 
 
@@ -189,9 +203,10 @@ def conversion_check(params: dict, converted_dir: str, report: str, others: dict
             params["model"]["maxtext_name"],
             "--",
             config_file(TRAIN_SFT),
-            *common(params),
+            *common(one_host(params)),
             f"load_parameters_path={_abs(paths.converted_params(converted_dir))}",
         ],
+        env=one_host_env(params),
     )
 
 
@@ -302,7 +317,7 @@ def merge_lora(params: dict, adapter: str, out: str) -> Invocation:
 def _to_huggingface(params: dict) -> list[str]:
     return [
         config_file(TO_HUGGINGFACE),
-        *common(params),
+        *common(one_host(params)),
         "use_multimodal=false",
         f"load_parameters_path={_abs(paths.SFT_PARAMS)}",
         "run_name=convert_out",
@@ -320,6 +335,7 @@ def convert_out(params: dict, out_dir: str) -> Invocation:
         [*_to_huggingface(params), f"base_output_directory={_abs(out_dir)}"],
         hf_config=paths.BASE_HF,
         model_name=params["model"]["maxtext_name"],
+        env=one_host_env(params),
     )
 
 
@@ -343,7 +359,7 @@ def _check_options(params: dict) -> list[str]:
 def _check_reference(params: dict) -> list[str]:
     return [
         config_file(TRAIN_SFT),
-        *common(params),
+        *common(one_host(params)),
         f"load_parameters_path={_abs(paths.SFT_PARAMS)}",
         *(lora_shape(params) if lora_enabled(params) else []),
     ]
@@ -356,7 +372,9 @@ def export_check(params: dict, exports: dict[str, str]) -> Invocation:
     by MaxText, unmerged."""
     pairs = [a for export_dir, report in exports.items() for a in ("--export", export_dir, "--report", report)]
     return Invocation(
-        "stages.in_maxtext.logit_check", [*pairs, *_check_options(params), "--", *_check_reference(params)]
+        "stages.in_maxtext.logit_check",
+        [*pairs, *_check_options(params), "--", *_check_reference(params)],
+        env=one_host_env(params),
     )
 
 
@@ -378,6 +396,7 @@ def export_job(params: dict, out_dir: str, report: str) -> Invocation:
         [*ours, "--", *_to_huggingface(params), CHECK_SEPARATOR, *_check_reference(params)],
         hf_config=paths.BASE_HF,
         model_name=params["model"]["maxtext_name"],
+        env=one_host_env(params),
     )
 
 
@@ -396,12 +415,13 @@ def loss_and_answers(
             *ours,
             "--",
             config_file(TRAIN_SFT),
-            *common(params),
+            *common(one_host(params)),
             *data(params, workers=0),
             f"base_output_directory={_abs(output_dir)}",
             "run_name=evaluate",
             "per_device_batch_size=1",
         ],
+        env=one_host_env(params),
     )
 
 
@@ -424,5 +444,8 @@ def fit_check(params: dict, workdir: str, overrides: dict) -> Invocation:
             # No TPU is used, so do not take libtpu's single-process lock: the check must work beside
             # a training run holding the TPU (or a test process that loaded libtpu).
         ],
-        env={"TPU_WORKER_HOSTNAMES": "localhost", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"},
+        # The environment it is tested in, on a machine with chips too: JAX sets
+        # TPU_SKIP_MDS_QUERY itself only where it finds no chips; on a TPU VM the compile must
+        # not wait on the metadata server or the slice's other workers either.
+        env={"TPU_WORKER_HOSTNAMES": "localhost", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1", "TPU_SKIP_MDS_QUERY": "1"},
     )

@@ -397,10 +397,13 @@ def _check_consistency(p: dict, where: str) -> None:
                 raise UserError(
                     f"{where}: hardware.tpu_env.{key}: missing (a string; see recipes/gemma3-4b-v6e-8.yaml)"
                 )
-        unknown = sorted(set(env) - set(hardware.TPU_ENV_KEYS))
-        if unknown:
+        # Further TPU_* variables the runtime needs (TPU_PREMAPPED_BUFFER_SIZE, ...) pass
+        # through; anything else is not the TPU runtime's and is refused.
+        foreign = sorted(k for k in env if not k.startswith("TPU_"))
+        if foreign:
             raise UserError(
-                f"{where}: hardware.tpu_env.{unknown[0]}: unknown variable (known: {', '.join(hardware.TPU_ENV_KEYS)})"
+                f"{where}: hardware.tpu_env.{foreign[0]}: not a TPU_* variable (this mapping is the TPU "
+                f"runtime's; required: {', '.join(hardware.TPU_ENV_KEYS)})"
             )
         if env["TPU_ACCELERATOR_TYPE"] != h["kind"]:
             raise UserError(
