@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On a Cloud TPU VM: creates .venv with MaxText's supported TPU set, maxtext[tpu-post-train]
-# (jax[tpu] + libtpu, Tunix, a CPU torch from the PyTorch index), plus this project's own
-# dependencies (DVC with GCS support), at the versions the CPU set uses
-# (requirements/shared-pins.txt).
+# (jax + libtpu, Tunix, a CPU torch from the PyTorch index), plus this project's own
+# dependencies (DVC with GCS support), exactly as requirements/tpu.lock pins them: the CPU set's
+# versions of everything the two share (requirements/shared-pins.txt). Idempotent: it re-installs
+# only when the lock changed.
 #
 #   scripts/setup-tpu.sh
 set -euo pipefail
@@ -34,11 +35,17 @@ fi
 # SETUP_TPU_PYTHON_ONLY=1 stops here, with .venv made (tests/test_environment.py checks how
 # Python 3.12 is found without installing MaxText's TPU set, which only a TPU VM runs).
 [ -z "${SETUP_TPU_PYTHON_ONLY:-}" ] || exit 0
-.venv/bin/python -m pip install -q --disable-pip-version-check "uv==$UV_VERSION"
-# torch==2.11.0+cpu (what maxtext[tpu-post-train] pins) is served only by the PyTorch index.
-.venv/bin/python -m uv pip install --python .venv/bin/python \
-  -r pyproject.toml --extra tpu \
-  --constraint requirements/shared-pins.txt \
-  --override requirements/overrides.txt \
-  --extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match
+stamp=.venv/.tpu-lock.sha256
+want=$(cat requirements/tpu.lock requirements/tpu-pytorch-index.txt | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup-tpu: installing requirements/tpu.lock into .venv (a few GB)"
+  .venv/bin/python -m pip install -q --disable-pip-version-check "uv==$UV_VERSION"
+  # The lock is fully resolved against PyPI (its header has the command), so --no-deps installs
+  # exactly it: two VMs set up a month apart run the same libraries.
+  .venv/bin/python -m uv pip install -q --python .venv/bin/python --no-deps --compile-bytecode -r requirements/tpu.lock
+  # torch and torchvision, CPU builds at maxtext's own pins, from the only index that has them.
+  .venv/bin/python -m uv pip install -q --python .venv/bin/python --no-deps --compile-bytecode \
+    --index-url https://download.pytorch.org/whl/cpu -r requirements/tpu-pytorch-index.txt
+  echo "$want" > "$stamp"
+fi
 echo "setup-tpu: done. Next: source .venv/bin/activate && export HF_TOKEN=... && dvc repro"

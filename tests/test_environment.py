@@ -23,6 +23,56 @@ def test_shared_pins_match_the_cpu_lock():
     assert {name: lock.get(name) for name in shared} == shared
 
 
+def test_the_tpu_lock_agrees_with_the_cpu_lock_on_every_shared_version():
+    """torch is the one shared pin the TPU lock leaves out: the VM gets the same version's CPU
+    build from the PyTorch index (requirements/tpu-overrides.txt)."""
+    tpu, shared = pins(ROOT / "requirements" / "tpu.lock"), pins(ROOT / "requirements" / "shared-pins.txt")
+    pytorch_index = pins(ROOT / "requirements" / "tpu-pytorch-index.txt")
+    assert {name: tpu.get(name) for name in shared if name != "torch"} == {
+        name: version for name, version in shared.items() if name != "torch"
+    }
+    assert "torch" not in tpu and "torchvision" not in tpu
+    assert pytorch_index["torch"].split("+")[0] == shared["torch"]
+
+
+def test_the_pytorch_index_pins_are_maxtexts_own():
+    """setup-tpu.sh installs these with --no-deps: they must be exactly what
+    maxtext[tpu-post-train] requires, read from the installed maxtext's metadata."""
+    from importlib.metadata import requires, version
+
+    assert version("maxtext") == pins(ROOT / "requirements" / "tpu.lock")["maxtext"]
+    wanted = {}
+    for requirement in requires("maxtext"):
+        found = re.match(r"(torch|torchvision)==(\S+?);.*extra == .tpu-post-train.", requirement)
+        if found:
+            wanted[found[1]] = found[2]
+    assert wanted == pins(ROOT / "requirements" / "tpu-pytorch-index.txt")
+
+
+@pytest.mark.slow  # asks PyPI for every pinned version: seconds with uv's cache, longer without
+def test_every_pin_of_the_tpu_lock_has_a_distribution_for_the_vm(tmp_path):
+    """uv picks a distribution for each pin for the tutorial image's platform (Linux x86_64,
+    glibc 2.35, Python 3.12) without installing anything: a pin with no wheel or sdist there
+    fails here, not on the VM."""
+    proc = subprocess.run(
+        [Path(sys.executable).parent / "uv", "pip", "install", "--dry-run", "--no-deps", "--python-version", "3.12"]
+        + [
+            "--python-platform",
+            "x86_64-manylinux_2_35",
+            "--target",
+            tmp_path,
+            "-r",
+            ROOT / "requirements" / "tpu.lock",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    planned = set(re.findall(r"^ \+ ([A-Za-z0-9_.-]+==\S+)$", proc.stdout + proc.stderr, flags=re.M))
+    locked = pins(ROOT / "requirements" / "tpu.lock")
+    assert len(planned) == len(locked) and {"libtpu==0.0.50.1", "maxtext==0.2.5"} <= planned
+
+
 def committed(path: str) -> str:
     """A file as committed: the demo switches the working params.yaml to the tiny recipe."""
     proc = subprocess.run(["git", "show", f"HEAD:{path}"], cwd=ROOT, capture_output=True, text=True)
