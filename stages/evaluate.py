@@ -1,6 +1,7 @@
 """Stage evaluate: is the fine-tuned model better than the base on held-out chats?
 
     python -m stages.evaluate
+    python -m stages.evaluate --dry-run   # print the MaxText command, have MaxText validate it
 
 Held-out loss and perplexity of the base (models/base-maxtext) and the fine-tuned model
 (models/sft-maxtext) on data/chat/eval.jsonl, computed by MaxText with the tokenizer, chat
@@ -13,6 +14,7 @@ the recipe's `evaluate.prompts` from both HF checkpoints with `transformers`, si
 
 import json
 import os
+import sys
 import tempfile
 
 from stages.lib import families, flags, hardware, maxtext, outputs, paths
@@ -23,21 +25,21 @@ METRICS = os.path.join("metrics", "eval.json")
 GENERATIONS = os.path.join("eval", "generations.md")
 
 
+def invocation(params: dict, work: str) -> tuple[flags.Invocation, str]:
+    """The one MaxText process (stages/in_maxtext/loss_and_answers.py), and its report's path."""
+    report, prompts = os.path.join(work, "evaluation.json"), os.path.join(work, "prompts.json")
+    with open(prompts, "w") as f:
+        json.dump(list(params["evaluate"]["prompts"]), f)
+    checkpoints = {"base": paths.BASE_MAXTEXT_PARAMS, "fine_tuned": paths.SFT_PARAMS}
+    exports = {"base": paths.BASE_HF, "fine_tuned": paths.SFT_HF}
+    return flags.loss_and_answers(params, report, checkpoints, exports, prompts, work), report
+
+
 def evaluation(params: dict) -> dict:
-    """Held-out losses and generations, from one MaxText process (stages/in_maxtext/loss_and_answers.py)."""
+    """Held-out losses and generations."""
     with tempfile.TemporaryDirectory(prefix="evaluate-") as work:  # MaxText wants an output directory
-        report, prompts = os.path.join(work, "evaluation.json"), os.path.join(work, "prompts.json")
-        with open(prompts, "w") as f:
-            json.dump(list(params["evaluate"]["prompts"]), f)
-        invocation = flags.loss_and_answers(
-            params,
-            report,
-            {"base": paths.BASE_MAXTEXT_PARAMS, "fine_tuned": paths.SFT_PARAMS},
-            {"base": paths.BASE_HF, "fine_tuned": paths.SFT_HF},
-            prompts,
-            work,
-        )
-        maxtext.run("evaluate", invocation, params)
+        job, report = invocation(params, work)
+        maxtext.run("evaluate", job, params)
         with open(report) as f:
             return json.load(f)
 
@@ -68,6 +70,10 @@ def write_generations(prompts: list[str], base: list[str], tuned: list[str]) -> 
 def main() -> None:
     params = load()
     families.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
+    if "--dry-run" in sys.argv:
+        with tempfile.TemporaryDirectory(prefix="evaluate-") as work:
+            maxtext.dry_run("evaluate", invocation(params, work)[0], params)
+        return
     hardware.check_present(params)
     e = params["evaluate"]
     found = evaluation(params)

@@ -6,6 +6,7 @@ on the experiment that machine shares.)"""
 import json
 
 import pytest
+import yaml
 
 from testkit.workspace import sh, stages_run
 
@@ -52,3 +53,28 @@ def test_metrics_read_at_a_glance(tiny_run):
     times = json.loads((tiny_run.path / "logs" / "stage_times.json").read_text())
     assert set(times) == ALL_STAGES and all(t >= 0 for t in times.values())  # CPU fit_check: ~0 s
     assert all(stage in summary[5] for stage in ALL_STAGES)
+
+
+def _bytes(path, pattern: str = "**/*") -> int:
+    return sum(f.stat().st_size for f in path.glob(pattern) if f.is_file())
+
+
+@pytest.mark.slow
+def test_the_cost_preview_matches_the_bytes_the_run_wrote(tiny_run):
+    """tools.plan's byte figures against the tiny run's files. Safetensors files hold exactly
+    the weights: within 1%. Orbax compresses its chunks (zstd), so the plan's uncompressed
+    figure bounds them from above: here they come out 8-22% smaller; 0.7x is the floor."""
+    from stages.lib.params import validate
+    from tools import plan
+
+    params = validate(yaml.safe_load((tiny_run.path / "params.yaml").read_text()))
+    models = tiny_run.path / "models"
+    dims = plan.dimensions(params, str(models / "base-hf"))
+    stages = {s["stage"]: s for s in plan.plan(params, dims)["stages"]}
+    base = stages["base_model"]["written"]["boot disk"]
+    assert abs(_bytes(models / "base-hf", "*.safetensors") / base - 1) < 0.01
+    assert abs(_bytes(models / "sft-hf", "*.safetensors") / base - 1) < 0.01  # the export: bf16, as the base
+    converted = stages["convert_in"]["written"]["boot disk"]
+    final = stages["train"]["trained_params"]
+    for path, planned in ((models / "base-maxtext", converted), (models / "sft-maxtext" / "params", final)):
+        assert 0.7 < _bytes(path) / planned < 1.01, (path, _bytes(path), planned)

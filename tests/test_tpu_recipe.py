@@ -108,3 +108,47 @@ def test_fit_check_fits_the_committed_recipe_on_a_v6e_8(workspace):
     assert 8 < report["per_chip_gib"]["total"] < 24  # ~13 GB measured by hand before this existed
     assert report["per_chip_gib"]["arguments"] > 3  # f32 params + Adam state, sharded over 8 chips
     assert "fits a v6e-8" in proc.stdout
+
+
+def with_config_for(root, maxtext_name: str):
+    """models/base-hf for a bigger Gemma 3: the 4B's config with the language model's
+    dimensions from MaxText's own config for `maxtext_name` (as far as the flags need it)."""
+    from tools.plan import maxtext_model_config
+
+    with_real_4b_config(root)
+    path = root / "models" / "base-hf" / "config.json"
+    config, m = json.loads(path.read_text()), maxtext_model_config(maxtext_name)
+    config["text_config"].update(
+        hidden_size=m["base_emb_dim"],
+        intermediate_size=m["base_mlp_dim"],
+        num_hidden_layers=m["base_num_decoder_layers"],
+        num_attention_heads=m["base_num_query_heads"],
+        num_key_value_heads=m["base_num_kv_heads"],
+        head_dim=m["head_dim"],
+        # MaxText's 27B scales queries by (hidden / heads)**-0.5, the 4B and 12B by head_dim's
+        query_pre_attn_scalar=m["head_dim"]
+        if maxtext_name != "gemma3-27b"
+        else m["base_emb_dim"] // m["base_num_query_heads"],
+    )
+    path.write_text(json.dumps(config))
+    return root
+
+
+@pytest.mark.slow  # MaxText's own validation: a MaxText import per stage
+@pytest.mark.parametrize(
+    ("recipe", "model", "hosts"), [("gemma3-12b-v6e-16", "gemma3-12b", 4), ("gemma3-27b-v6e-32", "gemma3-27b", 8)]
+)
+def test_slice_recipes_pass_maxtexts_validation_with_one_process_conversions(workspace, recipe, model, hosts):
+    """On a slice, training is one job over every host; the conversions and evaluate run as one
+    process on worker 0 (hardware=cpu skip_jax_distributed_system=true, as the tutorial's
+    to_maxtext). Every stage that starts MaxText, validated by MaxText (fit_check compiles:
+    the 4B's is run for real above)."""
+    root = with_config_for(workspace(f"dry-run-{model}", recipe=recipe), model)
+    printed = {}
+    for stage in ("convert_in", "train", "convert_out", "evaluate"):
+        printed[stage] = sh([sys.executable, "-m", f"stages.{stage}", "--dry-run"], root, timeout=300).stdout
+        assert f"{stage}: MaxText accepted the configuration for " in printed[stage], (stage, printed[stage])
+        assert f"model_name={model}" in printed[stage]
+        one_process = "hardware=cpu" in printed[stage] and "skip_jax_distributed_system=true" in printed[stage]
+        assert one_process == (stage != "train"), (stage, printed[stage])
+    assert printed["train"].count("worker ") >= hosts, printed["train"]

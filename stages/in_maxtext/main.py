@@ -158,6 +158,9 @@ def main() -> None:
     if ours.validate_only:
         from maxtext.configs import pyconfig
 
+        # A module of ours (stages/in_maxtext/) takes its own options, then `--` and MaxText's.
+        if "--" in maxtext_args:
+            maxtext_args = maxtext_args[maxtext_args.index("--") + 1 :]
         # The converters' own flags (--hf_model_path, ...) are not MaxText config keys, and
         # validating must not try to join a TPU cluster.
         keys = [a for a in maxtext_args if not a.startswith(("--", "skip_jax_distributed_system="))]

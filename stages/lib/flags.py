@@ -83,8 +83,11 @@ def one_host(params: dict) -> dict:
     """Params for MaxText work that runs as one process on the machine running the stage (the
     conversions, the gates, evaluation). On a multi-host TPU slice that is worker 0's CPU, as
     the tutorial runs to_maxtext: left to its defaults, MaxText would join the slice's
-    distributed job and wait for workers that never start. Elsewhere, the recipe's hardware."""
-    return on_cpu(params) if hardware.hosts(params) > 1 and not hardware.on_cpu(params) else params
+    distributed job and wait for workers that never start. Elsewhere, the recipe's hardware.
+    (Decided by hardware.kind, which these stages declare, not hardware.hosts, which they do
+    not: a TPU kind fixes its host count, params.py checks hardware.hosts agrees.)"""
+    tpu = hardware.TPUS.get(params["hardware"]["kind"])
+    return on_cpu(params) if tpu and tpu.hosts > 1 else params
 
 
 def one_host_env(params: dict) -> dict[str, str]:

@@ -1,0 +1,49 @@
+"""tools.plan, the cost preview: its parameter counts against the published ones, its save
+schedule, and what it says about the committed recipes. Its byte figures against a real run's
+files: tests/test_pipeline.py."""
+
+import pytest
+import yaml
+
+from stages.lib.errors import UserError
+from stages.lib.params import validate
+from tools import plan, recipe
+
+
+def recipe_params(name: str) -> dict:
+    return validate(yaml.safe_load(recipe.params_text(name)), name)
+
+
+@pytest.mark.parametrize(
+    ("name", "published"),
+    [
+        ("llama3.1-8b-v6e-8", 8_030_261_248),  # meta-llama/Llama-3.1-8B's safetensors
+        ("gemma3-4b-v6e-8", 3_880_263_168),  # gemma-3-4b-it's language model (vocabulary 262,208 there)
+    ],
+)
+def test_parameter_counts_from_maxtexts_configs_match_the_published_ones(name, published):
+    dims = plan.dimensions(recipe_params(name), "/nonexistent")
+    assert abs(plan.language_parameters(dims) - published) / published < 0.001
+
+
+def test_saves_are_step_1_every_period_and_the_end():
+    assert plan.save_steps(1000, 1000) == [1, 1000]
+    assert plan.save_steps(1000, 200) == [1, 200, 400, 600, 800, 1000]
+    assert plan.save_steps(50, 20) == [1, 20, 40, 50]
+
+
+def test_the_4b_recipe_saves_twice_into_ram_and_fits_the_boot_disk(capsys):
+    plan.main(["--recipe", "gemma3-4b-v6e-8", "--base-hf", "/nonexistent"])
+    out = capsys.readouterr().out
+    assert "checkpoint saves at steps 1, 1000: 2 x 46.6 GB into /dev/shm" in out
+    assert "does not fit" not in out and "assumed: mfu=0.35" in out
+
+
+def test_a_recipe_that_overflows_the_boot_disk_is_flagged(capsys):
+    plan.main(["--recipe", "gemma3-27b-v6e-32", "--base-hf", "/nonexistent"])
+    assert "does not fit" in capsys.readouterr().out
+
+
+def test_a_recipe_whose_base_is_built_here_needs_the_base_model_stage_first():
+    with pytest.raises(UserError, match=r"run `dvc repro base_model` first"):
+        plan.dimensions(recipe_params("small"), "/nonexistent")

@@ -1,0 +1,266 @@
+"""What a run of the recipe in params.yaml will cost, before paying for it: per stage, the bytes
+downloaded, read and written and where (the boot disk, /dev/shm, gs://), the checkpoint saves,
+the disk peak against the machine's, and a time from stated assumptions.
+
+    python -m tools.plan                 # the recipe in params.yaml
+    python -m tools.plan --recipe NAME   # a committed recipe (recipes/NAME.yaml)
+
+Runs nothing and reads no weights: the model's dimensions come from models/base-hf/config.json
+when the base_model stage has run, else from MaxText's own config for model.maxtext_name. Every
+figure is a projection; the assumptions are printed beside them (docs/benchmarks.md, "Cost
+preview"). Not modelled: host RAM of the MaxText processes, LoRA's adapter sizes, data bytes.
+"""
+
+import argparse
+import os
+
+import yaml
+
+from stages.lib import hardware, paths
+from stages.lib.cli import run
+from stages.lib.errors import UserError
+from stages.lib.params import load, validate
+
+GB = 1e9
+HUB_BYTES_PER_PARAM = 2  # the Hub's checkpoints are bf16 (a downloaded one's config says)
+SAVE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+# Stated assumptions for the time column; change them here, they are printed with every plan.
+ASSUMED = {
+    "mfu": 0.35,  # of the chips' peak bf16 FLOP/s
+    "download_bytes_per_s": 100e6,  # from the Hub
+    "disk_bytes_per_s": 200e6,  # a balanced persistent boot disk
+    "shm_bytes_per_s": 2e9,  # /dev/shm: memory bandwidth, one writer
+    "gcs_bytes_per_s": 400e6,  # one VM to a bucket in its region
+    "boot_disk_bytes": 200e9,  # the tutorial's --boot-disk-size=200GB (docs/tpu-vm.md)
+}
+
+
+def maxtext_model_config(maxtext_name: str) -> dict:
+    import maxtext
+
+    path = os.path.join(os.path.dirname(maxtext.__file__), "configs", "models", f"{maxtext_name}.yml")
+    with open(path) as f:
+        return yaml.safe_load(f)
+
+
+def dimensions(params: dict, base_hf: str = paths.BASE_HF) -> dict:
+    """The language model's shape: from the downloaded checkpoint's config when there is one,
+    else from MaxText's config for the architecture (which is what the Hub model has)."""
+    config_path = os.path.join(base_hf, "config.json")
+    if os.path.exists(config_path):
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(base_hf)  # fills what config.json leaves to defaults
+        text = config.get_text_config()
+        vision = getattr(config, "vision_config", None)
+        dtype = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "bfloat16")
+        return {
+            "layers": text.num_hidden_layers,
+            "emb": text.hidden_size,
+            "heads": text.num_attention_heads,
+            "kv_heads": getattr(text, "num_key_value_heads", None) or text.num_attention_heads,
+            "head_dim": getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads,
+            "mlp": text.intermediate_size,
+            "vocab": text.vocab_size,
+            "tied": bool(getattr(config, "tie_word_embeddings", False) or getattr(text, "tie_word_embeddings", False)),
+            "vision": vision
+            and _vit(vision.num_hidden_layers, vision.hidden_size, vision.intermediate_size, text.hidden_size),
+            "base_bytes_per_param": SAVE_DTYPE_BYTES[dtype.removeprefix("torch.")],
+            "source": config_path,
+        }
+    if params["base_model"]["source"] != "hub":  # built or dequantized here: no Hub model to look up
+        raise UserError(f"{config_path}: not there yet; run `dvc repro base_model` first (seconds for this recipe)")
+    m = maxtext_model_config(params["model"]["maxtext_name"])
+    return {
+        "layers": m["base_num_decoder_layers"],
+        "emb": m["base_emb_dim"],
+        "heads": m["base_num_query_heads"],
+        "kv_heads": m["base_num_kv_heads"],
+        "head_dim": m.get("head_dim") or m["base_emb_dim"] // m["base_num_query_heads"],
+        "mlp": m["base_mlp_dim"],
+        "vocab": m["vocab_size"],
+        "tied": bool(m.get("logits_via_embedding", False)),
+        "vision": "hidden_size_for_vit" in m
+        and _vit(
+            m["num_hidden_layers_for_vit"], m["hidden_size_for_vit"], m["intermediate_size_for_vit"], m["base_emb_dim"]
+        ),
+        "base_bytes_per_param": HUB_BYTES_PER_PARAM,
+        "source": f"MaxText's configs/models/{params['model']['maxtext_name']}.yml",
+    }
+
+
+def _vit(layers: int, width: int, mlp: int, emb: int) -> int:
+    """A SigLIP-style vision tower plus its projection into the language model (approximate:
+    attention and MLP weights, which are nearly all of it)."""
+    return layers * (4 * width * width + 2 * width * mlp) + width * emb
+
+
+def language_parameters(d: dict) -> int:
+    """Weights of a decoder with grouped-query attention and a gated MLP (Gemma, Llama, Qwen);
+    norms included, biases (none in these families) not."""
+    attention = d["emb"] * d["head_dim"] * (2 * d["heads"] + 2 * d["kv_heads"])
+    layer = attention + 3 * d["emb"] * d["mlp"] + 4 * d["emb"] + 2 * d["head_dim"]
+    embeddings = d["vocab"] * d["emb"] * (1 if d["tied"] else 2)
+    return d["layers"] * layer + embeddings + d["emb"]
+
+
+def save_steps(steps: int, period: int) -> list[int]:
+    """Where MaxText's SFT saves: step 1 (Orbax's initial save), every `period`, and the end."""
+    return sorted({1, steps, *range(period, steps + 1, period)})
+
+
+def _add(a: dict, b: dict) -> dict:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in {**a, **b}}
+
+
+def where(path: str) -> str:
+    if path.startswith("gs://"):
+        return "gs://"
+    return "/dev/shm" if os.path.abspath(path).startswith("/dev/shm") else "boot disk"
+
+
+def plan(params: dict, d: dict) -> dict:
+    text = language_parameters(d)
+    vision = d["vision"] or 0
+    train, runtime = params["train"], params["runtime"]
+    lora = train.get("lora", {}).get("enabled", False)
+    per_save = hardware.CHECKPOINT_BYTES_PER_PARAM * text * (hardware.LORA_CHECKPOINT_FRACTION if lora else 1)
+    saves = save_steps(train["steps"], train["checkpoint_period"])
+    scratch = where(runtime["scratch_dir"])
+    converted = SAVE_DTYPE_BYTES[params["convert_in"]["save_dtype"]] * text
+    base = d["base_bytes_per_param"] * (text + vision)
+    final = 4 * text
+    kind = params["hardware"]["kind"]
+    accelerator = hardware.TPUS.get(kind)
+    chips = accelerator.chips if accelerator else None
+    tokens = train["per_device_batch_size"] * (chips or 1) * train["gradient_accumulation_steps"]
+    tokens *= train["max_target_length"]
+    step_flops = 6 * text * tokens
+    held_out = params["dataset"]["max_eval_rows"] or "all"
+    interval = train["eval_interval"]
+    in_training = (train["steps"] // interval + 1) if interval else 0
+    answers = len(params["evaluate"]["prompts"])
+    stages = [
+        {
+            "stage": "base_model",
+            "downloaded": base if params["base_model"]["source"] == "hub" else 0,
+            "written": {"boot disk": base},
+        },
+        {
+            "stage": "convert_in",
+            "read": base,
+            "written": {"boot disk": converted},
+            "passes": "its check: 1 MaxText + 1 transformers forward over the fixed prompts",
+        },
+        {
+            "stage": "train",
+            "read": converted,
+            "written": _add({scratch: per_save * len(saves)}, {"boot disk": final}),
+            "trained_params": final,  # float32, in models/sft-maxtext
+            "saves": saves,
+            "save_bytes": per_save,
+            "peak": {scratch: min(len(saves), runtime["keep_checkpoints"] + 1) * per_save},
+            "compute_flops": step_flops * train["steps"],
+            "passes": f"in-training evaluation: {in_training} passes (step 0, then every {interval}) over the"
+            f" {held_out} held-out rows",
+        },
+        {
+            "stage": "convert_out",
+            "read": final + base,
+            "written": {"boot disk": base + 4 * (text + vision)},
+            "passes": "export check: 1 MaxText + 1 transformers forward over the fixed prompts",
+            "peak": {"boot disk": 4 * (text + vision)},
+        },
+        {
+            "stage": "evaluate",
+            "read": converted + final + 2 * base,
+            "passes": f"held-out loss over the {held_out} rows, base and tuned (MaxText: 2 passes); greedy answers"
+            f" to {answers} prompts x {params['evaluate']['max_new_tokens']} tokens, base and tuned (transformers)",
+        },
+    ]
+    # The boot disk at its fullest: while converting out, everything the run keeps is there.
+    kept = base + converted + final + base + 4 * (text + vision)
+    if scratch == "boot disk":
+        kept += stages[2]["peak"]["boot disk"]
+    peak_flops = chips * accelerator.peak_bf16_tflops_per_chip * 1e12 if accelerator else None
+    return {
+        "text_parameters": text,
+        "vision_parameters": vision,
+        "chips": chips,
+        "peak_flops": peak_flops,
+        "kind": kind,
+        "step_flops": step_flops,
+        "stages": stages,
+        "boot_disk_peak": kept,
+        "scratch": scratch,
+        "shm_peak": stages[2]["peak"].get("/dev/shm", 0),
+    }
+
+
+def seconds(stage: dict, p: dict, assumed: dict = ASSUMED) -> float:
+    rate = {
+        "boot disk": assumed["disk_bytes_per_s"],
+        "/dev/shm": assumed["shm_bytes_per_s"],
+        "gs://": assumed["gcs_bytes_per_s"],
+    }
+    t = stage.get("downloaded", 0) / assumed["download_bytes_per_s"]
+    t += stage.get("read", 0) / assumed["disk_bytes_per_s"]
+    t += sum(n / rate[fs] for fs, n in stage.get("written", {}).items())
+    if stage.get("compute_flops") and p["peak_flops"]:
+        t += stage["compute_flops"] / (assumed["mfu"] * p["peak_flops"])
+    return t
+
+
+def render(p: dict, d: dict, assumed: dict = ASSUMED) -> str:
+    g = lambda n: f"{n / GB:,.1f} GB"  # noqa: E731
+    lines = [
+        f"Cost preview (a projection): {p['text_parameters'] / 1e9:.2f}B language-model parameters"
+        + (f" + {p['vision_parameters'] / 1e9:.2f}B vision tower" if p["vision_parameters"] else "")
+        + f" (from {d['source']}), hardware {p['kind']}",
+        "",
+        f"{'stage':<12} {'downloaded':>11} {'read':>10}  written (where)",
+    ]
+    for s in p["stages"]:
+        written = ", ".join(f"{g(n)} ({fs})" for fs, n in s.get("written", {}).items()) or "-"
+        lines.append(f"{s['stage']:<12} {g(s.get('downloaded', 0)):>11} {g(s.get('read', 0)):>10}  {written}")
+        if "saves" in s:
+            lines.append(
+                f"{'':<12} checkpoint saves at steps {', '.join(map(str, s['saves']))}:"
+                f" {len(s['saves'])} x {g(s['save_bytes'])} into {p['scratch']}"
+            )
+        if "passes" in s:
+            lines.append(f"{'':<12} passes: {s['passes']}")
+        if p["peak_flops"] or "compute_flops" not in s:
+            lines.append(f"{'':<12} time: ~{seconds(s, p, assumed) / 60:.1f} min")
+    boot = assumed["boot_disk_bytes"]
+    lines += [
+        "",
+        f"boot disk peak: {g(p['boot_disk_peak'])} of {g(boot)}"
+        + ("  <- does not fit" if p["boot_disk_peak"] > boot else "")
+        + " (plus .venv, ~8 GB, and the OS)",
+        f"/dev/shm peak (host RAM): {g(p['shm_peak'])}",
+        "",
+        "assumed: " + ", ".join(f"{k}={v:g}" for k, v in assumed.items()),
+        f"a training step: 6 x parameters x tokens = {p['step_flops']:.2e} FLOP",
+        "not modelled: MaxText's host RAM, LoRA adapter sizes, the chat data, DVC's cache (linked, not copied)",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipe", help="a committed recipe's name (recipes/NAME.yaml) instead of params.yaml")
+    parser.add_argument("--base-hf", default=paths.BASE_HF, help="where a downloaded base checkpoint's config is")
+    args = parser.parse_args(argv)
+    if args.recipe:
+        from tools import recipe
+
+        params = validate(yaml.safe_load(recipe.params_text(args.recipe)), f"recipes/{args.recipe}.yaml")
+    else:
+        params = load()
+    d = dimensions(params, args.base_hf)
+    print(render(plan(params, d), d))
+
+
+if __name__ == "__main__":
+    run(main, "plan")
