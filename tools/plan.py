@@ -16,14 +16,13 @@ import os
 
 import yaml
 
-from stages.lib import hardware, paths
+from stages.lib import checkpoint, hardware, paths
 from stages.lib.cli import run
 from stages.lib.errors import UserError
 from stages.lib.params import load, validate
 
 GB = 1e9
 HUB_BYTES_PER_PARAM = 2  # the Hub's checkpoints are bf16 (a downloaded one's config says)
-SAVE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 # Stated assumptions for the time column; change them here, they are printed with every plan.
 ASSUMED = {
     "mfu": 0.35,  # of the chips' peak bf16 FLOP/s
@@ -65,7 +64,7 @@ def dimensions(params: dict, base_hf: str = paths.BASE_HF) -> dict:
             "tied": bool(getattr(config, "tie_word_embeddings", False) or getattr(text, "tie_word_embeddings", False)),
             "vision": vision
             and _vit(vision.num_hidden_layers, vision.hidden_size, vision.intermediate_size, text.hidden_size),
-            "base_bytes_per_param": SAVE_DTYPE_BYTES[dtype.removeprefix("torch.")],
+            "base_bytes_per_param": checkpoint.DTYPE_BYTES[dtype.removeprefix("torch.")],
             "source": config_path,
         }
     if params["base_model"]["source"] != "hub":  # built or dequantized here: no Hub model to look up
@@ -124,12 +123,15 @@ def plan(params: dict, d: dict) -> dict:
     vision = d["vision"] or 0
     train, runtime = params["train"], params["runtime"]
     lora = train.get("lora", {}).get("enabled", False)
-    per_save = hardware.CHECKPOINT_BYTES_PER_PARAM * text * (hardware.LORA_CHECKPOINT_FRACTION if lora else 1)
+    per_save = hardware.checkpoint_bytes(text, lora)
     saves = save_steps(train["steps"], train["checkpoint_period"])
     scratch = where(runtime["scratch_dir"])
-    converted = SAVE_DTYPE_BYTES[params["convert_in"]["save_dtype"]] * text
+    f32 = checkpoint.DTYPE_BYTES["float32"]
+    converted = checkpoint.DTYPE_BYTES[params["convert_in"]["save_dtype"]] * text
     base = d["base_bytes_per_param"] * (text + vision)
-    final = 4 * text
+    final = f32 * text
+    # convert_out: MaxText's float32 export beside the assembled one in convert_out.dtype
+    transient, export = f32 * (text + vision), checkpoint.DTYPE_BYTES[params["convert_out"]["dtype"]] * (text + vision)
     kind = params["hardware"]["kind"]
     accelerator = hardware.TPUS.get(kind)
     chips = accelerator.chips if accelerator else None
@@ -167,9 +169,9 @@ def plan(params: dict, d: dict) -> dict:
         {
             "stage": "convert_out",
             "read": final + base,
-            "written": {"boot disk": base + 4 * (text + vision)},
+            "written": {"boot disk": export + transient},
             "passes": "export check: 1 MaxText + 1 transformers forward over the fixed prompts",
-            "peak": {"boot disk": 4 * (text + vision)},
+            "peak": {"boot disk": transient},
         },
         {
             "stage": "evaluate",
@@ -179,7 +181,7 @@ def plan(params: dict, d: dict) -> dict:
         },
     ]
     # The boot disk at its fullest: while converting out, everything the run keeps is there.
-    kept = base + converted + final + base + 4 * (text + vision)
+    kept = base + converted + final + export + transient
     if scratch == "boot disk":
         kept += stages[2]["peak"]["boot disk"]
     peak_flops = chips * accelerator.peak_bf16_tflops_per_chip * 1e12 if accelerator else None

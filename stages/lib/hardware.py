@@ -150,11 +150,16 @@ CHECKPOINT_BYTES_PER_PARAM = 12
 LORA_CHECKPOINT_FRACTION = 0.05
 
 
+def checkpoint_bytes(n_params: int, lora: bool) -> float:
+    """One training checkpoint of a model of n_params (the train stage's disk check, tools.plan)."""
+    return CHECKPOINT_BYTES_PER_PARAM * n_params * (LORA_CHECKPOINT_FRACTION if lora else 1)
+
+
 def check_training_disk(params: dict, work_url: str, n_params: int, trained_out: str, lora: bool) -> None:
     """Disk for the train stage: the kept checkpoints plus the one being written, in MaxText's
     working directory, and the final float32 params in `trained_out` unless they can be linked."""
     keep = params["runtime"]["keep_checkpoints"]
-    per_checkpoint = CHECKPOINT_BYTES_PER_PARAM * n_params * (LORA_CHECKPOINT_FRACTION if lora else 1)
+    per_checkpoint = checkpoint_bytes(n_params, lora)
     check_free_disk(work_url, (keep + 1) * per_checkpoint, "MaxText's training checkpoints")
     if not same_filesystem(work_url, trained_out):
         check_output_disk(trained_out, 4 * n_params, "the trained parameters")  # copied, not linked
