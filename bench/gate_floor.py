@@ -94,8 +94,8 @@ def main() -> None:
     if "--layers" in sys.argv:
         return localise(maxtext_args, prompts)
 
-    model, mesh, batch = logit_check.maxtext_model(maxtext_args, prompts)
-    maxtext = logit_check.logits(model, mesh, batch, prompts)
+    model, mesh, packed = logit_check.maxtext_model(maxtext_args, prompts)
+    maxtext = logit_check.logits(model, mesh, packed, prompts)
     del model
 
     hf = transformers.AutoModelForCausalLM.from_pretrained(paths.BASE_HF, dtype=torch.float32).eval()
@@ -156,9 +156,9 @@ def localise(maxtext_args, prompts, keeps=(0, 1, 2, 3, 6, 12, 13, 14, 15, 16, 17
         "MaxText's constants"
     )
     for keep in keeps:
-        model, mesh, batch = logit_check.maxtext_model(maxtext_args, short)
+        model, mesh, packed = logit_check.maxtext_model(maxtext_args, short)
         truncate_maxtext(model, keep)
-        m = logit_check.logits(model, mesh, batch, short)[0]
+        m = logit_check.logits(model, mesh, packed, short)[0]
         del model
         hf = transformers.AutoModelForCausalLM.from_pretrained(paths.BASE_HF, dtype=torch.float32).eval()
         truncate_transformers(hf, keep)

@@ -57,3 +57,21 @@ def test_a_near_tie_is_not_a_disagreement_but_a_real_flip_is():
 def test_each_limit_is_its_own_failure(report, failing):
     said = gate.threshold_failures(report, LIMITS)
     assert len(said) == len(failing) and all(s.startswith(f) for s, f in zip(said, failing, strict=True)), said
+
+
+@pytest.mark.parametrize(
+    "lengths, devices, rows, length",
+    [
+        ([14, 35, 20, 1040], 1, [[3, 1, 2, 0]], 1109),  # the host CPU: one row, no padding
+        ([14, 35, 20, 1040], 8, [[3], [1, 2, 0], [], [], [], [], [], []], 1040),  # a row per device
+        ([30, 30, 30], 2, [[0], [1], [2], []], 45),  # whole rows per device
+        ([50, 40, 40], 1, [[0, 1, 2]], 130),
+    ],
+)
+def test_the_checks_prompts_pack_into_a_row_per_device(lengths, devices, rows, length):
+    from stages.in_maxtext.logit_check import packing
+
+    assert packing(lengths, devices) == (rows, length)
+    for row in rows:
+        assert sum(lengths[i] for i in row) <= length
+    assert sorted(i for row in rows for i in row) == list(range(len(lengths)))

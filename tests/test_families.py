@@ -391,3 +391,42 @@ def test_gemma_3s_maxtext_arithmetic_is_maxtexts_own():
     expected = h @ table.to(torch.bfloat16).float().T / 640**0.5
     assert torch.equal(head(h), expected)
     assert not torch.allclose(head(h), model.get_output_embeddings()(h), rtol=1e-5)  # transformers' own head differs
+
+
+@pytest.mark.parametrize("layout", ["hub", "transformers"])
+def test_an_image_text_gemma_3_loads_as_its_language_model_alone(tmp_path, layout):
+    """families.language_model, which the gates and evaluate's generations use: Gemma 3 4B's
+    files hold a vision tower that text never runs; loaded without it, in either tensor
+    layout, the model gives the whole model's logits exactly, and the tower's tensors are
+    not in memory."""
+    import safetensors.torch
+    import torch
+    import transformers
+
+    gemma3.build_tiny(str(tmp_path), seed=0)
+    if layout == "transformers":  # rename the files' tensors as transformers >= 4.52 names them
+        index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+        renamed = {}
+        for shard in set(index["weight_map"].values()):
+            tensors = safetensors.torch.load_file(tmp_path / shard)
+            tensors = {
+                next(
+                    (
+                        gemma3.LAYOUTS["transformers"][t] + n[len(p) :]
+                        for t, p in gemma3.HUB_PREFIX.items()
+                        if n.startswith(p)
+                    ),
+                    n,
+                ): v
+                for n, v in tensors.items()
+            }
+            safetensors.torch.save_file(tensors, tmp_path / shard, metadata={"format": "pt"})
+            renamed.update(dict.fromkeys(tensors, shard))
+        (tmp_path / "model.safetensors.index.json").write_text(json.dumps({**index, "weight_map": renamed}))
+    assert families.detect_layout(str(tmp_path), "gemma3-4b") == layout
+    whole = transformers.AutoModelForImageTextToText.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    text = families.language_model(str(tmp_path), "gemma3-4b", torch.float32)
+    assert not any("vision" in n for n, _ in text.named_parameters())
+    ids = torch.tensor([[2, 105, 2364, 107, 9259, 106]])
+    with torch.no_grad():
+        assert torch.equal(text(input_ids=ids).logits, whole(input_ids=ids).logits)

@@ -200,6 +200,17 @@ def test_training_killed_twice_resumes_each_time_and_ends_as_if_never_killed(tin
     for path in ("models/base-hf", "data/chat", "models/sft-hf"):
         assert first[path] == again[path], f"{path} differs between two runs from scratch"
 
+    # evaluate takes the held-out losses this training computed at steps 0 and 40 and makes no
+    # pass of its own; they are what evaluate computes on the same weights where training
+    # computed none (tiny_run: no in-training evaluation): one quantity, either way.
+    assert "(computed by training)" in sh(["dvc", "repro", "evaluate"], root).stdout
+    reused = json.loads((root / "metrics" / "eval.json").read_text())["eval"]
+    computed = json.loads((tiny_run.path / "metrics" / "eval.json").read_text())["eval"]
+    assert (reused["loss_from"], computed["loss_from"]) == ("training", "evaluate")
+    for key in ("base_loss", "fine_tuned_loss", "base_perplexity", "fine_tuned_perplexity"):
+        assert reused[key] == pytest.approx(computed[key], rel=1e-5), key
+    assert reused["target_tokens"] == computed["target_tokens"]
+
 
 def cache_files(root: Path) -> set[str]:
     cache = Path(sh(["dvc", "cache", "dir"], root).stdout.strip())

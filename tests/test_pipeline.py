@@ -8,9 +8,10 @@ import json
 import pytest
 import yaml
 
-from testkit.workspace import sh, stages_run
+from stages.lib.dvc_yaml import stage_names
+from testkit.workspace import REPO, sh, stages_run
 
-ALL_STAGES = {"base_model", "dataset", "token_lengths", "convert_in", "fit_check", "train", "convert_out", "evaluate"}
+ALL_STAGES = set(stage_names(str(REPO / "dvc.yaml")))  # every stage dvc.yaml has
 
 
 @pytest.mark.slow
@@ -38,6 +39,7 @@ def test_metrics_read_at_a_glance(tiny_run):
         "dvclive/metrics.json": {"train", "run", "step"},
         "metrics/export_check.json": {"export"},  # its per-prompt lists are not metrics columns
         "metrics/eval.json": {"eval"},
+        "metrics/benchmark.json": {"benchmark"},
     }, groups
     assert (
         files["metrics/dataset.json"]["data"]["train"]["rows"]
@@ -46,13 +48,22 @@ def test_metrics_read_at_a_glance(tiny_run):
     # ... and the demo ends with a summary of them.
     summary = sh(["python", "-m", "tools.summary"], tiny_run.path).stdout.splitlines()
     heldout = files["metrics/eval.json"]["data"]["eval"]
-    assert [line.split()[0] for line in summary] == ["data", "conversion", "training", "held-out", "export", "time"]
+    assert [line.split()[0] for line in summary] == [
+        "data",
+        "conversion",
+        "training",
+        "held-out",
+        "export",
+        "benchmarks",
+        "time",
+    ]
     assert summary[1].startswith("conversion  passed: max KL")
     assert f"loss {heldout['base_loss']:.3f} (base) -> {heldout['fine_tuned_loss']:.3f} (fine-tuned)" in summary[3]
     assert summary[4].startswith("export      passed: max KL")
     times = json.loads((tiny_run.path / "logs" / "stage_times.json").read_text())
     assert set(times) == ALL_STAGES and all(t >= 0 for t in times.values())  # CPU fit_check: ~0 s
-    assert all(stage in summary[5] for stage in ALL_STAGES)
+    assert summary[5].startswith("benchmarks  chat_arithmetic ")
+    assert all(stage in summary[6] for stage in ALL_STAGES)
 
 
 def _bytes(path, pattern: str = "**/*") -> int:

@@ -11,15 +11,14 @@ import json
 import golden
 import pytest
 
-from testkit.workspace import clone_workspace, set_param, sh, stages_run
+from stages.lib.dvc_yaml import stage_names
+from testkit.workspace import REPO, clone_workspace, set_param, sh, stages_run
 
 pytestmark = pytest.mark.slow
 
-STAGES = ["base_model", "dataset", "token_lengths", "convert_in", "fit_check", "train", "convert_out", "evaluate"]
-
 
 def test_every_stage_runs_on_the_real_model(small_run):
-    assert sorted(stages_run(small_run.output)) == sorted(STAGES)
+    assert sorted(stages_run(small_run.output)) == sorted(stage_names(str(REPO / "dvc.yaml")))
     config = json.loads((small_run.path / "models" / "base-hf" / "config.json").read_text())
     assert config["architectures"] == ["Gemma3ForCausalLM"] and config["num_hidden_layers"] == 18
     assert "quantization_config" not in config  # a plain checkpoint: transformers reads it as float32 weights
@@ -63,6 +62,18 @@ def test_the_held_out_loss_is_a_real_models_and_falls(small_run):
     heldout = json.loads((small_run.path / "metrics" / "eval.json").read_text())["eval"]
     assert 0.5 < heldout["base_loss"] < 6, heldout
     assert heldout["fine_tuned_loss"] < heldout["base_loss"] - 0.2, heldout
+
+
+def test_the_real_model_is_benchmarked_on_every_item_and_passes_its_gate(small_run):
+    """The benchmark stage on the local tasks, every item (a random model picks a capital one
+    time in four; the pretrained one knows them, and fine-tuning keeps them); the recipe's gate
+    passed, or the run would have failed."""
+    found = json.loads((small_run.path / "metrics" / "benchmark.json").read_text())["benchmark"]
+    assert found["chat_capitals"]["base"] >= 0.9, found
+    assert found["chat_capitals"]["fine_tuned"] >= found["chat_capitals"]["base"] - 0.1, found
+    table = (small_run.path / "eval" / "benchmark.md").read_text()
+    assert "| chat_arithmetic | exact_match,last-number | 0 | yes | 40 |" in table
+    assert "| chat_capitals | acc,none | 0 | yes | 32 |" in table
 
 
 def answers(generations: str) -> dict[str, dict[str, str]]:

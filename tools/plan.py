@@ -141,6 +141,7 @@ def plan(params: dict, d: dict) -> dict:
     held_out = params["dataset"]["max_eval_rows"] or "all"
     interval = train["eval_interval"]
     in_training = (train["steps"] // interval + 1) if interval else 0
+    reused = bool(interval) and train["steps"] % interval == 0  # evaluate takes training's held-out losses
     answers = len(params["evaluate"]["prompts"])
     stages = [
         {
@@ -175,9 +176,18 @@ def plan(params: dict, d: dict) -> dict:
         },
         {
             "stage": "evaluate",
-            "read": converted + final + 2 * base,
-            "passes": f"held-out loss over the {held_out} rows, base and tuned (MaxText: 2 passes); greedy answers"
-            f" to {answers} prompts x {params['evaluate']['max_new_tokens']} tokens, base and tuned (transformers)",
+            # the two HF checkpoints' language models (no vision tower), and the MaxText ones
+            # unless training's evaluations are reused (stages/evaluate.py)
+            "read": d["base_bytes_per_param"] * text
+            + export * text // (text + vision)
+            + (0 if reused else converted + final),
+            "passes": (
+                f"held-out loss: training's evaluations at steps 0 and {train['steps']} (no pass)"
+                if reused
+                else f"held-out loss over the {held_out} rows, base and tuned (MaxText: 2 passes)"
+            )
+            + f"; greedy answers to {answers} prompts x {params['evaluate']['max_new_tokens']} tokens,"
+            " base and tuned, one batch each (transformers)",
         },
     ]
     # The boot disk at its fullest: while converting out, everything the run keeps is there.

@@ -1,5 +1,5 @@
-"""What the pipeline made, at a glance: the data, the loss before and after, the export check
-and how long each stage took.
+"""What the pipeline made, at a glance: the data, the loss before and after, the export check,
+the benchmarks and how long each stage took.
 
     python -m tools.summary
 
@@ -72,6 +72,13 @@ def lines(found: dict[str, dict], limits: dict | None) -> list[str]:
     export = found.get("metrics/export_check.json", {}).get("export")
     if export:
         out.append(gate_line("export", export, limits and limits["convert_out"]))
+    benchmarks = found.get("metrics/benchmark.json", {}).get("benchmark")
+    if benchmarks:
+        out.append(
+            "benchmarks  "
+            + ", ".join(f"{name} {s['base']:.3f} -> {s['fine_tuned']:.3f}" for name, s in benchmarks.items())
+            + " (base -> fine-tuned; eval/benchmark.md)"
+        )
     times = found.get(STAGE_TIMES, {})
     if times:
         order = stage_names(DVC_YAML)
@@ -92,6 +99,7 @@ def main() -> None:
         "dvclive/metrics.json",
         "metrics/eval.json",
         "metrics/export_check.json",
+        "metrics/benchmark.json",
         STAGE_TIMES,
     ]
     found = {p: outputs.read_json(p, {}) for p in paths}

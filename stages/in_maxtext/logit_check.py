@@ -90,16 +90,43 @@ def fixed_prompts(model_dir: str):
     return hf_config, prompt_token_ids(tokenizer, getattr(text, "sliding_window", None) or 64)
 
 
-def maxtext_model(maxtext_args: list[str], prompts: list[list[int]], lora: tuple[str, str] | None = None):
-    """A MaxText model (float32 compute) for these flags, sized for the prompts; with `lora`
-    (base params, adapter), the base with the adapter applied as training applied it."""
+def packing(lengths: list[int], devices: int) -> tuple[list[list[int]], int]:
+    """The prompts packed into rows, as training packs chat rows: (rows, each a list of prompt
+    indices; the row length). Each device gets whole rows of one length, so there are a
+    multiple of `devices` rows; the length is the longest prompt or an even share of all the
+    tokens, whichever is more, and prompts go longest first into the first row with room.
+    On one device (the host CPU) the four fixed prompts make one row of their total length,
+    where one row per prompt padded to the long one computed 3.6x the tokens."""
+    length = max(max(lengths), -(-sum(lengths) // devices))
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        fits = next((r for r, free in enumerate(room) if free >= lengths[i]), None)
+        if fits is None:
+            rows.append([])
+            room.append(length)
+            fits = len(rows) - 1
+        rows[fits].append(i)
+        room[fits] -= lengths[i]
+    rows += [[] for _ in range(-len(rows) % devices)]
+    return rows, length
+
+
+def maxtext_model(
+    maxtext_args: list[str],
+    prompts: list[list[int]],
+    lora: tuple[str, str] | None = None,
+    layout: tuple[list[list[int]], int] | None = None,
+):
+    """A MaxText model (float32 compute) for these flags, sized for the prompts packed into
+    rows (`layout`: other rows, as bench/check_packing.py compares); with `lora` (base params,
+    adapter), the base with the adapter applied as training applied it."""
     import jax
     from maxtext.configs import pyconfig
     from maxtext.utils import model_creation_utils
 
-    length = max(len(p) for p in prompts)
     n_dev = jax.device_count()
-    batch = -(-len(prompts) // n_dev) * n_dev  # a whole number of rows per device
+    rows, length = layout or packing([len(p) for p in prompts], n_dev)
     extra = (
         [f"load_parameters_path={lora[0]}", "lora.enable_lora=true", f"lora.lora_restore_path={lora[1]}"]
         if lora
@@ -111,7 +138,7 @@ def maxtext_model(maxtext_args: list[str], prompts: list[list[int]], lora: tuple
         + extra
         + [
             f"max_target_length={length}",
-            f"per_device_batch_size={batch // n_dev}",
+            f"per_device_batch_size={len(rows) // n_dev}",
             "dtype=float32",
             "run_name=export_check",
         ]
@@ -124,21 +151,28 @@ def maxtext_model(maxtext_args: list[str], prompts: list[list[int]], lora: tuple
         with jax.set_mesh(mesh), logical_axis_rules(config.logical_axis_rules):
             model = lora_utils.apply_lora_to_model(model, mesh, config)
             lora_utils.restore_lora_from_path(model, config)
-    return model, mesh, batch
+    return model, mesh, (rows, length)
 
 
-def logits(model, mesh, batch: int, prompts: list[list[int]]) -> list[np.ndarray]:
+def logits(model, mesh, packed: tuple[list[list[int]], int], prompts: list[list[int]]) -> list[np.ndarray]:
+    """MaxText's logits for each prompt, the prompts packed as `packing` says: each its own
+    segment (attention stays inside it), its positions counted from 0."""
     import jax
     import jax.numpy as jnp
     from maxtext.common.common_types import MODEL_MODE_TRAIN
 
-    length = max(len(p) for p in prompts)
-    tokens = np.zeros((batch, length), np.int32)
-    segments = np.zeros((batch, length), np.int32)
-    for i, p in enumerate(prompts):
-        tokens[i, : len(p)] = p
-        segments[i, : len(p)] = 1
-    positions = np.broadcast_to(np.arange(length, dtype=np.int32), (batch, length))
+    rows, length = packed
+    tokens, segments, positions = (np.zeros((len(rows), length), np.int32) for _ in range(3))
+    where = {}
+    for r, row in enumerate(rows):
+        start = 0
+        for segment, i in enumerate(row, start=1):
+            end = start + len(prompts[i])
+            tokens[r, start:end] = prompts[i]
+            segments[r, start:end] = segment
+            positions[r, start:end] = np.arange(len(prompts[i]))
+            where[i] = (r, start, end)
+            start = end
     with jax.set_mesh(mesh):
         out = model(
             jnp.asarray(tokens),
@@ -148,7 +182,7 @@ def logits(model, mesh, batch: int, prompts: list[list[int]]) -> list[np.ndarray
             model_mode=MODEL_MODE_TRAIN,
         )
     out = np.asarray(jax.device_get(out), dtype=np.float32)
-    return [out[i, : len(p)] for i, p in enumerate(prompts)]
+    return [out[r, start:end] for r, start, end in (where[i] for i in range(len(prompts)))]
 
 
 def round_like_the_export(model, model_name: str, dtype: str, hf_config) -> int:
@@ -178,17 +212,10 @@ def transformers_logits(model_dir: str, prompts: list[list[int]], model_name: st
     so that the gates compare like with like; and, where it has, the logits transformers' own
     output head gives on the same hidden states (what MaxText's head costs: information)."""
     import torch
-    import transformers
 
     from stages.lib import families
 
-    config = transformers.AutoConfig.from_pretrained(model_dir)
-    auto = (
-        transformers.AutoModelForImageTextToText
-        if hasattr(config, "vision_config")
-        else transformers.AutoModelForCausalLM
-    )
-    model = auto.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model = families.language_model(model_dir, model_name, torch.float32)
     head = families.like_maxtext(model_name, model)
     gated, own = [], []
     with torch.no_grad():
@@ -227,10 +254,10 @@ def check(
     from stages.in_maxtext import assemble_export
 
     hf_config, prompts = fixed_prompts(base_dir)
-    model, mesh, batch = maxtext_model(maxtext_args, prompts)
-    trained = logits(model, mesh, batch, prompts)
+    model, mesh, packed = maxtext_model(maxtext_args, prompts)
+    trained = logits(model, mesh, packed, prompts)
     rounded_tensors = round_like_the_export(model, model_name, dtype, hf_config)
-    reference = logits(model, mesh, batch, prompts)
+    reference = logits(model, mesh, packed, prompts)
     del model
     rounding = {
         "dtype": dtype,
@@ -256,8 +283,8 @@ def check_conversion(base_dirs: list[str], tie_margin: float, model_name: str, m
     starts from, both in float32 on the export check's prompts. MaxText runs once, however
     many checkpoints (the stage checks one; bench/conversion_check_calibration.py faulty copies)."""
     _, prompts = fixed_prompts(base_dirs[0])
-    model, mesh, batch = maxtext_model(maxtext_args, prompts)
-    converted = logits(model, mesh, batch, prompts)
+    model, mesh, packed = maxtext_model(maxtext_args, prompts)
+    converted = logits(model, mesh, packed, prompts)
     del model
     reports = []
     for base_dir in base_dirs:

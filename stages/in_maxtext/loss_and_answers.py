@@ -5,15 +5,18 @@ Run by the evaluate stage (through stages.in_maxtext.main, like MaxText's entry 
 
     python -m stages.in_maxtext.main stages.in_maxtext.loss_and_answers -- --report R.json \
         --checkpoint base=models/base-maxtext/0/items --checkpoint fine_tuned=models/sft-maxtext/params \
-        --generate base=models/base-hf --generate fine_tuned=models/sft-hf --prompts P.json --max-new-tokens 24 \
+        --generate base=models/base-hf --generate fine_tuned=models/sft-hf --prompts P.json \
+        --max-new-tokens 24 --model-name gemma3-4b \
         -- <sft.yml and MaxText's flags: model, tokenizer, max_target_length, packing, eval data (stages/lib/flags.py)>
 
 Held-out loss, for each checkpoint: MaxText's own SFT input pipeline over the whole eval
-file, once (same tokenizer, chat template, completion-only masking and packing as
-training), and MaxText's training loss function with dropout off. The loss is averaged
-over target tokens, not over batches, so it does not depend on how the rows happened to
-pack. Generations: `transformers`, greedy, each prompt as one user turn of the chat
-template. (One process for both: MaxText imports transformers and torch anyway.)
+file, once (same tokenizer, chat template, completion-only masking, packing and batch size
+as training), and MaxText's training loss function with dropout off, averaged over the
+batches as Tunix averages its in-training evaluation: the number training's eval/loss
+curve shows, which the evaluate stage takes instead wherever training computed it
+(stages/evaluate.py). Generations: `transformers`, greedy, each prompt as one user turn of
+the chat template, all prompts in one batch, the language model alone (no vision tower).
+(One process for both: MaxText imports transformers and torch anyway.)
 """
 
 import argparse
@@ -36,43 +39,54 @@ def heldout_loss(maxtext_args: list[str], checkpoint: str) -> dict:
     argv = ["heldout", *maxtext_args, f"load_parameters_path={checkpoint}", "eval_interval=1", "eval_steps=-1"]
     config = pyconfig.initialize_pydantic(argv)
     model, mesh = model_creation_utils.from_pretrained(config)
-    xent, weight = 0.0, 0
+    losses, weight = [], 0
     with jax.set_mesh(mesh), logical_axis_rules(config.logical_axis_rules):
         batches = hf_data_processing.make_hf_eval_iterator(config, mesh, [jax.process_index()])
 
         @nnx.jit
         def step(model, batch):
-            _, aux = loss_fn(model, config, batch, dropout_rng=None, params=None, is_train=False)
-            return aux["xent_sum"], aux["total_weights"]
+            loss, aux = loss_fn(model, config, batch, dropout_rng=None, params=None, is_train=False)
+            return loss, aux["total_weights"]
 
         for batch in batches:  # one pass: the eval iterator ends with the data
-            s, w = step(model, {k: batch[k] for k in BATCH_KEYS})  # a fresh dict: loss_fn edits it
-            xent, weight = xent + float(s), weight + int(w)
-    loss = xent / max(weight, 1)
+            loss, w = step(model, {k: batch[k] for k in BATCH_KEYS})  # a fresh dict: loss_fn edits it
+            losses.append(float(loss))
+            weight += int(w)
+    loss = sum(losses) / max(len(losses), 1)  # as Tunix averages its evaluation (eval/avg_loss)
     return {"loss": loss, "perplexity": math.exp(min(loss, 50.0)), "target_tokens": weight}
 
 
-def generate(model_dir: str, prompts: list[str], max_new_tokens: int) -> list[str]:
-    import torch
+def generate(model_dir: str, model_name: str, prompts: list[str], max_new_tokens: int) -> list[str]:
+    """Greedy answers of the checkpoint's language model (no vision tower) to the prompts."""
     import transformers
 
-    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
-    config = transformers.AutoConfig.from_pretrained(model_dir)
-    auto = (
-        transformers.AutoModelForImageTextToText
-        if hasattr(config, "vision_config")
-        else transformers.AutoModelForCausalLM
+    from stages.lib import families
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir, padding_side="left")
+    if tokenizer.pad_token is None:  # Llama 3's has none; padding only fills, the mask hides it
+        tokenizer.pad_token = tokenizer.eos_token
+    return greedy_answers(families.language_model(model_dir, model_name), tokenizer, prompts, max_new_tokens)
+
+
+def greedy_answers(model, tokenizer, prompts: list[str], max_new_tokens: int) -> list[str]:
+    """All prompts in one left-padded batch: a decode step reads the weights once for every
+    prompt, not once per prompt (bench/generation.py measures it; docs/benchmarks.md, "What
+    evaluate costs at 4B", projects it)."""
+    import torch
+
+    inputs = tokenizer.apply_chat_template(
+        [[{"role": "user", "content": p}] for p in prompts],
+        add_generation_prompt=True,
+        padding=True,
+        return_tensors="pt",
+        return_dict=True,
     )
-    model = auto.from_pretrained(model_dir).eval()
-    answers = []
-    for prompt in prompts:
-        inputs = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    with torch.no_grad():
+        out = model.generate(
+            **inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
         )
-        with torch.no_grad():
-            out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
-        answers.append(tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True).strip())
-    return answers
+    start = inputs["input_ids"].shape[1]
+    return [tokenizer.decode(row[start:], skip_special_tokens=True).strip() for row in out]
 
 
 def main() -> None:
@@ -82,10 +96,11 @@ def main() -> None:
     split = sys.argv.index("--")
     parser = argparse.ArgumentParser()
     parser.add_argument("--report", required=True)
-    parser.add_argument("--checkpoint", action="append", required=True, help="NAME=PATH, evaluated in order")
+    parser.add_argument("--checkpoint", action="append", default=[], help="NAME=PATH, evaluated in order")
     parser.add_argument("--generate", action="append", default=[], help="NAME=HF_DIR, answering --prompts")
     parser.add_argument("--prompts", help="a JSON list of prompts")
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--model-name", help="MaxText's model_name (which family's layouts apply)")
     ours = parser.parse_args(sys.argv[1:split])
     maxtext_args = sys.argv[split + 1 :]
     report = {"loss": {}, "generations": {}}
@@ -98,7 +113,7 @@ def main() -> None:
             prompts = json.load(f)
         for spec in ours.generate:
             name, path = spec.split("=", 1)
-            report["generations"][name] = generate(path, prompts, ours.max_new_tokens)
+            report["generations"][name] = generate(path, ours.model_name, prompts, ours.max_new_tokens)
     with open(ours.report, "w") as f:
         json.dump(report, f, indent=2)
 

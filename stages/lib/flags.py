@@ -407,11 +407,13 @@ def loss_and_answers(
     params: dict, report: str, checkpoints: dict[str, str], answers: dict[str, str], prompts: str, output_dir: str
 ) -> Invocation:
     """The evaluate stage's child (stages/in_maxtext/loss_and_answers.py): held-out loss of each MaxText
-    checkpoint, through training's data flags, and greedy answers of each HF checkpoint."""
+    checkpoint (none: training computed them), through training's data flags, and greedy answers
+    of each HF checkpoint."""
     ours = ["--report", report]
     ours += [a for name, path in checkpoints.items() for a in ("--checkpoint", f"{name}={_abs(path)}")]
     ours += [a for name, path in answers.items() for a in ("--generate", f"{name}={_abs(path)}")]
     ours += ["--prompts", prompts, "--max-new-tokens", str(params["evaluate"]["max_new_tokens"])]
+    ours += ["--model-name", params["model"]["maxtext_name"]]
     return Invocation(
         "stages.in_maxtext.loss_and_answers",
         [
@@ -422,7 +424,9 @@ def loss_and_answers(
             *data(params, workers=0),
             f"base_output_directory={_abs(output_dir)}",
             "run_name=evaluate",
-            "per_device_batch_size=1",
+            # Training's batches, so that the batch-averaged loss is the one training's
+            # evaluation reports (stages/in_maxtext/loss_and_answers.py).
+            f"per_device_batch_size={params['train']['per_device_batch_size']}",
         ],
         env=one_host_env(params),
     )

@@ -192,6 +192,35 @@ class EvaluateParams(Section):
     max_new_tokens: Int(1)
 
 
+class BenchmarkTask(Section):
+    name: Str(r"[\w.-]+", "an lm-eval task name", doc="a task of lm-eval's registry or of assets/benchmarks")
+    num_fewshot: Int(0, nullable=True, doc="few-shot examples; null: the task's own count")
+    chat_template: Bool(doc="prompts in the model's chat template (instruction tasks), few-shot as turns")
+    metric: Str(nullable=True, doc="the task's score, as lm-eval reports it (metric,filter); null: its first")
+    revision: Revision
+
+
+class BenchmarkGate(Section):
+    max_drop: _leaf(
+        float, "a number >= 0", True, "how far the tuned score may fall below the base's (score units)", ge=0
+    )
+    min_score: _leaf(float, "a number", True, "a score the tuned model must reach", allow_inf_nan=False)
+
+
+class BenchmarkParams(Section):
+    tasks: _leaf(list[BenchmarkTask], "a list of tasks", False, "lm-eval tasks run on both models")
+    limit: Int(1, nullable=True, doc="items per task (a quick run); null: all")
+    batch_size: Int(1, doc="prompts per forward (the transformers backend)")
+    max_length: Int(1, doc="tokens of prompt and answer the backends allow (vLLM's max_model_len)")
+    backend: Choice("auto", "hf", "vllm", doc="auto: hf (transformers, host) on cpu, vllm on a TPU's chips")
+    gate: _leaf(
+        dict[str, BenchmarkGate],
+        "a mapping of task names to {max_drop, min_score}",
+        True,
+        "the regression gate, per task; null: off",
+    )
+
+
 class HardwareParams(Section):
     kind: Choice(*hardware.KINDS)
     hosts: Int(
@@ -262,6 +291,7 @@ class Params(Section):
     train: TrainParams
     convert_out: ConvertOutParams
     evaluate: EvaluateParams
+    benchmark: BenchmarkParams
     hardware: HardwareParams
     runtime: RuntimeParams
 
@@ -409,6 +439,16 @@ def _check_consistency(p: dict, where: str) -> None:
             raise UserError(
                 f"{where}: hardware.tpu_env.TPU_ACCELERATOR_TYPE: {env['TPU_ACCELERATOR_TYPE']!r} differs from "
                 f"hardware.kind {h['kind']!r}"
+            )
+    bench = p["benchmark"]
+    names = [t["name"] for t in bench["tasks"]]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UserError(f"{where}: benchmark.tasks: {twice[0]} is listed twice")
+    for name in bench["gate"] or {}:
+        if name not in names:
+            raise UserError(
+                f"{where}: benchmark.gate.{name}: not one of benchmark.tasks ({', '.join(names) or 'none'})"
             )
     if p["runtime"]["data_workers"] == 0 and p["train"]["eval_interval"]:
         # MaxText's HF input pipeline re-reads the eval split for each evaluation only in a

@@ -29,7 +29,9 @@ TRAIN_KEYS = {
     "tokens_per_sec_per_device": "perf/per_device_tokens_per_sec",
     "step_time_s": "perf/step_time_seconds",
 }
-EVAL_KEYS = {"loss": "eval/avg_loss", "perplexity": "eval/avg_perplexity"}
+# eval/avg_loss is Tunix's: the mean over the held-out batches of each batch's loss (its
+# cross-entropy per target token); eval/total_weights counts the target tokens.
+EVAL_KEYS = {"loss": "eval/avg_loss", "perplexity": "eval/avg_perplexity", "target_tokens": "eval/total_weights"}
 
 
 def read(metrics_file: str, key: str, start: int = 0) -> list[dict]:
@@ -57,6 +59,23 @@ def evals(metrics_file: str, interval: int, start: int = 0) -> list[dict]:
     also evaluates where it resumes (Tunix evaluates when training starts), which a run never
     interrupted would not: those are left out, so the curve is the uninterrupted run's."""
     return [r for r in read(metrics_file, "eval/avg_loss", start) if interval and int(r["step"]) % interval == 0]
+
+
+def logged_evals(root: str = ".") -> dict[int, dict]:
+    """The held-out evaluations a finished train stage logged through DVCLive (its cached
+    output dvclive/plots), as {step: {"loss", "perplexity", "target_tokens"}}, each on the
+    schedule (`evals`); empty where it evaluated nothing."""
+    found: dict[int, dict] = {}
+    for name in EVAL_KEYS:
+        path = os.path.join(root, PLOTS, "eval", f"{name}.tsv")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            header = f.readline().rstrip("\n").split("\t")
+            for line in f:
+                row = dict(zip(header, line.rstrip("\n").split("\t"), strict=True))
+                found.setdefault(int(row["step"]), {})[name] = float(row[name])
+    return {step: values for step, values in found.items() if values.keys() == EVAL_KEYS.keys()}
 
 
 def progress_line(done: list[dict], total: int) -> str:

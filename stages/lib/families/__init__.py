@@ -98,6 +98,37 @@ def like_maxtext(model_name: str, hf_model):
     return adapt(hf_model) if adapt else None
 
 
+def language_model(model_dir: str, model_name: str, dtype=None):
+    """The checkpoint's language model alone, in transformers, for text in and logits out.
+
+    A text-only checkpoint loads as it is (AutoModelForCausalLM). An image-text one (Gemma 3
+    4B and up) loads as its text model class on its `text_config`, its language-model tensors
+    renamed from whichever of the family's LAYOUTS the files use: the vision tower's tensors
+    are never read into memory (at 4B, ~0.4 B parameters that text SFT never touched, and
+    that no text prompt would run). Same logits as the whole model on text (tested:
+    tests/test_families.py)."""
+    import re
+
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(model_dir)
+    if not hasattr(config, "vision_config"):
+        return transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
+    text_class = transformers.AutoModelForCausalLM._model_mapping[type(config.text_config)]
+    renames = {
+        "^" + re.escape(towers["language_model"]): "model."
+        for towers in of(model_name).LAYOUTS.values()
+        if towers.get("language_model", "model.") != "model."
+    }
+    previous = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # its load report lists every vision tensor left unread
+    try:
+        model = text_class.from_pretrained(model_dir, config=config.text_config, dtype=dtype, key_mapping=renames)
+    finally:
+        transformers.logging.set_verbosity(previous)
+    return model.eval()
+
+
 def rounded(x, dtype: str):
     """x (float32) rounded to the export dtype and read back as float32."""
     import ml_dtypes
