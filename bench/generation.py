@@ -9,7 +9,8 @@ checkpoint, with the recipe's prompts, in transformers, float32, greedy: (A) eac
 as evaluate ran them before; (B) all prompts in one left-padded batch, as it runs them now.
 Alternating A B B A, so drift on a noisy machine falls on both. Prints the seconds of each,
 their ratio, whether the answers are the same, and the seconds per decode step of each way:
-what the projection to 4B in docs/benchmarks.md ("What evaluate costs at 4B") starts from.
+what the projection to 4B in docs/benchmarks.md ("What convert_out and evaluate cost at 4B")
+starts from.
 """
 
 import argparse

@@ -24,7 +24,6 @@ base's, or stays under `min_score`, fails the stage with one line naming it.
 
 import functools
 import glob
-import importlib.util
 import json
 import logging
 import os
@@ -37,7 +36,7 @@ import yaml
 
 from stages.lib import families, hardware, outputs, paths
 from stages.lib.cli import run
-from stages.lib.errors import UserError
+from stages.lib.errors import StageFailed, UserError
 from stages.lib.params import load
 
 METRICS = os.path.join("metrics", "benchmark.json")
@@ -56,10 +55,13 @@ def registry(local_dir: str | None = None):
 
 
 def _data_files(cfg: dict) -> list[str]:
+    """The local files of a task's `dataset_kwargs.data_files` (a path, a list, or {split: path or list})."""
     files = (cfg.get("dataset_kwargs") or {}).get("data_files") or []
+    if isinstance(files, str):
+        return [files]
     if isinstance(files, dict):
         files = list(files.values())
-    return [f for v in ([files] if isinstance(files, str) else files) for f in ([v] if isinstance(v, str) else v)]
+    return [f for v in files for f in ([v] if isinstance(v, str) else v)]
 
 
 def check_local_data(name: str, cfg: dict) -> None:
@@ -90,7 +92,7 @@ def resolve(params: dict) -> list[dict]:
     model loads: its registry entry, its metric, its data (local tasks: readable; Hub tasks: a
     pinned revision). Returns one dict per task: name, definition file, metric, and what the
     stage's own YAML sets."""
-    from lm_eval.tasks._yaml_loader import load_yaml
+    from lm_eval.tasks._yaml_loader import load_yaml  # how lm-eval 0.4.13 (pinned) reads a task file, its CLI too
 
     tasks = params["benchmark"]["tasks"]
     local = registry(os.path.abspath(LOCAL_TASKS)) if os.path.isdir(LOCAL_TASKS) else None
@@ -131,16 +133,16 @@ def resolve(params: dict) -> list[dict]:
     return resolved
 
 
-def write_task_files(tasks: list[dict], out_dir: str) -> list[str]:
+def task_file(task_dir: str, task: dict) -> str:
+    return os.path.abspath(os.path.join(task_dir, f"{task['name']}.yaml"))
+
+
+def write_task_files(tasks: list[dict], task_dir: str) -> None:
     """The stage's YAML for each task (the task's own, included, with the recipe's settings)."""
-    os.makedirs(out_dir, exist_ok=True)
-    files = []
+    os.makedirs(task_dir, exist_ok=True)
     for t in tasks:
-        path = os.path.join(out_dir, f"{t['name']}.yaml")
-        with open(path, "w") as f:
+        with open(task_file(task_dir, t), "w") as f:
             yaml.safe_dump(t["override"], f, sort_keys=False)
-        files.append(path)
-    return files
 
 
 def groups(tasks: list[dict]) -> dict[bool, list[dict]]:
@@ -158,17 +160,23 @@ def backend(params: dict) -> str:
     return chosen
 
 
+def lm_eval_python(params: dict) -> str:
+    """The interpreter of the vLLM runs: vllm-tpu cannot join the locked set (docs/tpu-vm.md)."""
+    return params["runtime"]["lm_eval_python"] or sys.executable
+
+
 def vllm_commands(params: dict, tasks: list[dict], task_dir: str, out_dir: str) -> list[tuple[str, list[str]]]:
     """(model, argv) of each `lm-eval run --model vllm` the TPU backend runs: one per model and
     chat-template setting, tensor-parallel over this host's chips."""
     b = params["benchmark"]
     tpu = hardware.TPUS.get(params["hardware"]["kind"])
     chips = tpu.chips_per_host if tpu else 1
+    python = lm_eval_python(params)
     commands = []
     for who, model_dir in MODELS.items():
         for chat, members in groups(tasks).items():
-            files = [os.path.abspath(os.path.join(task_dir, f"{t['name']}.yaml")) for t in members]
-            argv = [sys.executable, "-m", "lm_eval", "run", "--model", "vllm"]
+            files = [task_file(task_dir, t) for t in members]
+            argv = [python, "-m", "lm_eval", "run", "--model", "vllm"]
             model_args = {
                 "pretrained": os.path.abspath(model_dir),
                 "tensor_parallel_size": chips,
@@ -187,10 +195,11 @@ def vllm_commands(params: dict, tasks: list[dict], task_dir: str, out_dir: str) 
 
 
 def run_vllm(params: dict, tasks: list[dict], task_dir: str, out_dir: str) -> dict[str, dict]:
-    if importlib.util.find_spec("vllm") is None:
+    python = lm_eval_python(params)
+    if subprocess.run([python, "-c", "import lm_eval, vllm"], capture_output=True).returncode != 0:
         raise UserError(
-            "benchmark.backend vllm: vllm is not installed here; on a TPU VM install vllm-tpu as docs/benchmarks.md "
-            '("Benchmarks on the TPU VM") says, or set benchmark.backend: hf (transformers on the host, slow at 4B)'
+            f"benchmark.backend vllm: {python} cannot import lm_eval and vllm; set runtime.lm_eval_python to an "
+            'environment with vllm-tpu (docs/tpu-vm.md, "Benchmarks on the chips"), or benchmark.backend: hf'
         )
     results: dict[str, dict] = {who: {} for who in MODELS}
     for who, argv in vllm_commands(params, tasks, task_dir, out_dir):
@@ -229,7 +238,7 @@ def run_hf(params: dict, tasks: list[dict], task_dir: str) -> dict[str, dict]:
             print(f"benchmark: {who}: {names} (lm-eval, transformers backend)", flush=True)
             found = simple_evaluate(
                 model=lm,
-                tasks=[os.path.join(task_dir, f"{t['name']}.yaml") for t in members],
+                tasks=[task_file(task_dir, t) for t in members],
                 limit=b["limit"],
                 apply_chat_template=chat,
                 fewshot_as_multiturn=chat,
@@ -293,9 +302,12 @@ def table(tasks: list[dict], found: dict, items: dict, engine: str, gate: dict |
 
 def main() -> None:
     params = load()
+    dry_run = "--dry-run" in sys.argv
+    if not dry_run:
+        hardware.check_present(params)
     tasks = resolve(params)
     engine = backend(params)
-    if "--dry-run" in sys.argv:  # the files stay, so that the commands run as printed
+    if dry_run:  # the files stay, so that the commands run as printed
         work = tempfile.mkdtemp(prefix="benchmark-dry-run-")
         task_dir = os.path.join(work, "tasks")
         write_task_files(tasks, task_dir)
@@ -309,7 +321,6 @@ def main() -> None:
         if engine == "hf":
             results = run_hf(params, tasks, task_dir)
         else:
-            hardware.check_present(params)
             results = run_vllm(params, tasks, task_dir, os.path.join(work, "results"))
     found = scores(tasks, results)
     items = {t["name"]: results["fine_tuned"]["n-samples"].get(t["name"], {}).get("effective") for t in tasks}
@@ -321,7 +332,7 @@ def main() -> None:
     print(f"benchmark: wrote {METRICS}, {TABLE}", flush=True)
     failures = gate_failures(found, gate)
     if failures:
-        raise UserError("benchmark gate: " + "; ".join(failures))
+        raise StageFailed(f"the benchmark gate failed ({'; '.join(failures)}); the scores are in {METRICS}")
 
 
 if __name__ == "__main__":

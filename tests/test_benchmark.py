@@ -129,7 +129,7 @@ def test_benchmarks_land_in_dvc_metrics_rerun_alone_and_gate(tiny_run, tmp_path)
     set_param(root, "benchmark.gate", {"chat_capitals": {"max_drop": None, "min_score": 1.01}})
     failed = sh(["dvc", "repro", "benchmark"], root, check=False)
     assert failed.returncode != 0
-    line = next(x for x in (failed.stdout + failed.stderr).splitlines() if x.startswith("benchmark gate: "))
+    line = next(x for x in failed.stderr.splitlines() if x.startswith("benchmark: failed: the benchmark gate failed ("))
     assert "chat_capitals: fine-tuned " in line and "below benchmark.gate.chat_capitals.min_score 1.01" in line
     written = json.loads((root / "metrics" / "benchmark.json").read_text())["benchmark"]["chat_capitals"]
     assert f"fine-tuned {written['fine_tuned']:.4f} (base {written['base']:.4f})" in line

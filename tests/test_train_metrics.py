@@ -101,3 +101,30 @@ def test_the_curve_logs_each_step_once_in_order_and_the_summary(tmp_path, monkey
 
 def test_a_run_whose_lines_were_lost_still_has_a_summary():
     assert train_metrics.summary([], [], "v6e-8")["steps"] is None
+
+
+def test_evaluate_reads_back_the_evaluations_the_curve_logged(tmp_path, monkeypatch):
+    """What stages/evaluate.py takes instead of its own passes: each logged evaluation with its
+    loss, perplexity and target tokens; an evaluation missing one (a curve of an older run)
+    is none."""
+    from stages import evaluate
+
+    monkeypatch.chdir(tmp_path)
+    curve = train_metrics.Curve()
+    row = {"eval/avg_loss": 9.5, "eval/avg_perplexity": 1.3e4, "eval/total_weights": 1010.0}
+    curve.add([step(1, 9.0), step(2, 8.0)], [{"step": 0, **row}, {"step": 2, **row, "eval/avg_loss": 6.25}])
+    assert train_metrics.logged_evals() == {
+        0: {"loss": 9.5, "perplexity": 1.3e4, "target_tokens": 1010.0},
+        2: {"loss": 6.25, "perplexity": 1.3e4, "target_tokens": 1010.0},
+    }
+    params = {"train": {"steps": 2, "eval_interval": 2}}
+    found = evaluate.from_training(params)
+    assert found["base"]["loss"] == 9.5 and found["fine_tuned"]["loss"] == 6.25
+    assert found["fine_tuned"]["target_tokens"] == 1010 and found["fine_tuned"]["perplexity"] == pytest.approx(
+        518.0, 1e-3
+    )
+    # training did not evaluate at its last step, or at all: evaluate computes them itself
+    assert evaluate.from_training({"train": {"steps": 3, "eval_interval": 2}}) is None
+    assert evaluate.from_training({"train": {"steps": 2, "eval_interval": 0}}) is None
+    (tmp_path / train_metrics.PLOTS / "eval" / "target_tokens.tsv").unlink()
+    assert train_metrics.logged_evals() == {} and evaluate.from_training(params) is None

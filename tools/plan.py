@@ -143,6 +143,7 @@ def plan(params: dict, d: dict) -> dict:
     in_training = (train["steps"] // interval + 1) if interval else 0
     reused = bool(interval) and train["steps"] % interval == 0  # evaluate takes training's held-out losses
     answers = len(params["evaluate"]["prompts"])
+    bench = params["benchmark"]
     stages = [
         {
             "stage": "base_model",
@@ -188,6 +189,13 @@ def plan(params: dict, d: dict) -> dict:
             )
             + f"; greedy answers to {answers} prompts x {params['evaluate']['max_new_tokens']} tokens,"
             " base and tuned, one batch each (transformers)",
+        },
+        {
+            "stage": "benchmark",
+            "read": d["base_bytes_per_param"] * text + export * text // (text + vision),  # the language models
+            "passes": f"lm-eval on base and tuned: {', '.join(t['name'] for t in bench['tasks']) or 'no tasks'}"
+            + (f", {bench['limit']} items each" if bench["limit"] else ", every item")
+            + " (its compute is not modelled: docs/benchmarks.md projects the 4B recipe's)",
         },
     ]
     # The boot disk at its fullest: while converting out, everything the run keeps is there.

@@ -5,7 +5,7 @@
 
 The card (README.md in the repository, written here from the run's own records) names the
 base model and revision, the dataset, its revision and row counts, every param that shaped
-the model, held-out loss of base and fine-tuned, the export check's figures, and the git
+the model, held-out loss and benchmark scores of base and fine-tuned, the export check's figures, and the git
 commit and DVC hash of the export, so that an upload can be traced back to the run that
 made it. Publishing an export that is already there, card included, makes no new commit.
 
@@ -132,6 +132,9 @@ def model_card(params: dict, check: dict, repo_id: str) -> str:
             f"| held-out perplexity | {evaluation['base_perplexity']:.4g} | {evaluation['fine_tuned_perplexity']:.4g} "
             "|\n"
         )
+    benchmarks = (outputs.read_json(os.path.join("metrics", "benchmark.json")) or {}).get("benchmark", {})
+    for name, score in benchmarks.items():  # lm-eval's scores (stages/benchmark.py)
+        loss += f"| {name} (lm-eval) | {score['base']:.4f} | {score['fine_tuned']:.4f} |\n"
     rounding = check.get("rounding", {})
     lines = [
         "---",

@@ -71,7 +71,7 @@ def generate(model_dir: str, model_name: str, prompts: list[str], max_new_tokens
 def greedy_answers(model, tokenizer, prompts: list[str], max_new_tokens: int) -> list[str]:
     """All prompts in one left-padded batch: a decode step reads the weights once for every
     prompt, not once per prompt (bench/generation.py measures it; docs/benchmarks.md, "What
-    evaluate costs at 4B", projects it)."""
+    convert_out and evaluate cost at 4B", projects it)."""
     import torch
 
     inputs = tokenizer.apply_chat_template(

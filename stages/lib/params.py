@@ -281,6 +281,12 @@ class RuntimeParams(Section):
         "grain processes feeding MaxText: 1, a worker of its own; 0, in the training process (saves "
         "~10 s per start and evaluation; only with train.eval_interval 0)",
     )
+    lm_eval_python: Str(
+        nullable=True,
+        expect="a path to a python interpreter",
+        doc="the benchmark stage's vLLM backend runs `<this> -m lm_eval`: an environment with vllm-tpu, "
+        "which the locked set cannot hold (docs/benchmarks.md); null: the pipeline's own python",
+    )
 
 
 class Params(Section):
