@@ -37,9 +37,8 @@ def one_at_a_time(model, tokenizer, prompts: list[str], max_new_tokens: int) -> 
 
 
 def main() -> None:
-    import transformers
 
-    from stages.in_maxtext.loss_and_answers import greedy_answers
+    from stages.in_maxtext.loss_and_answers import greedy_answers, left_padding_tokenizer
     from stages.lib import families
 
     parser = argparse.ArgumentParser()
@@ -51,9 +50,7 @@ def main() -> None:
     max_new_tokens = args.max_new_tokens or params["evaluate"]["max_new_tokens"]
     name = params["model"]["maxtext_name"]
     model = families.language_model(paths.BASE_HF, name)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(paths.BASE_HF, padding_side="left")
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = left_padding_tokenizer(paths.BASE_HF)
     greedy_answers(model, tokenizer, prompts[:1], 2)  # warm-up: first allocations
     seconds = {"A": [], "B": []}
     answers = {}

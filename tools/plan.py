@@ -144,6 +144,8 @@ def plan(params: dict, d: dict) -> dict:
     reused = bool(interval) and train["steps"] % interval == 0  # evaluate takes training's held-out losses
     answers = len(params["evaluate"]["prompts"])
     bench = params["benchmark"]
+    # what evaluate's generations and the benchmark load: both HF checkpoints' language models
+    language_models = d["base_bytes_per_param"] * text + export * text // (text + vision)
     stages = [
         {
             "stage": "base_model",
@@ -177,11 +179,8 @@ def plan(params: dict, d: dict) -> dict:
         },
         {
             "stage": "evaluate",
-            # the two HF checkpoints' language models (no vision tower), and the MaxText ones
-            # unless training's evaluations are reused (stages/evaluate.py)
-            "read": d["base_bytes_per_param"] * text
-            + export * text // (text + vision)
-            + (0 if reused else converted + final),
+            # and the MaxText checkpoints, unless training's evaluations are reused (stages/evaluate.py)
+            "read": language_models + (0 if reused else converted + final),
             "passes": (
                 f"held-out loss: training's evaluations at steps 0 and {train['steps']} (no pass)"
                 if reused
@@ -192,7 +191,7 @@ def plan(params: dict, d: dict) -> dict:
         },
         {
             "stage": "benchmark",
-            "read": d["base_bytes_per_param"] * text + export * text // (text + vision),  # the language models
+            "read": language_models,
             "passes": f"lm-eval on base and tuned: {', '.join(t['name'] for t in bench['tasks']) or 'no tasks'}"
             + (f", {bench['limit']} items each" if bench["limit"] else ", every item")
             + " (its compute is not modelled: docs/benchmarks.md projects the 4B recipe's)",

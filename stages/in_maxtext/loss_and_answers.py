@@ -58,14 +58,21 @@ def heldout_loss(maxtext_args: list[str], checkpoint: str) -> dict:
 
 def generate(model_dir: str, model_name: str, prompts: list[str], max_new_tokens: int) -> list[str]:
     """Greedy answers of the checkpoint's language model (no vision tower) to the prompts."""
-    import transformers
-
     from stages.lib import families
+
+    return greedy_answers(
+        families.language_model(model_dir, model_name), left_padding_tokenizer(model_dir), prompts, max_new_tokens
+    )
+
+
+def left_padding_tokenizer(model_dir: str):
+    """The checkpoint's tokenizer, padding on the left as batched generation needs."""
+    import transformers
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir, padding_side="left")
     if tokenizer.pad_token is None:  # Llama 3's has none; padding only fills, the mask hides it
         tokenizer.pad_token = tokenizer.eos_token
-    return greedy_answers(families.language_model(model_dir, model_name), tokenizer, prompts, max_new_tokens)
+    return tokenizer
 
 
 def greedy_answers(model, tokenizer, prompts: list[str], max_new_tokens: int) -> list[str]:
