@@ -2,7 +2,9 @@
 
     python -m stages.convert_out
 
-Runs MaxText's `maxtext.checkpoint_conversion.to_huggingface` on models/sft-maxtext/, turns
+Runs MaxText's `maxtext.checkpoint_conversion.to_huggingface` on the tuned parameters
+(models/sft-maxtext/, or models/preference-maxtext/ where the preference stage made a model:
+paths.tuned_params), turns
 its output into a drop-in replacement for models/base-hf/ (stages/in_maxtext/assemble_export.py), then
 checks it: the export, loaded with `transformers`, must produce the same next-token
 distributions as MaxText computing the same weights, on fixed chat prompts

@@ -27,28 +27,10 @@ SKIPPED = "skipped.jsonl"
 METRICS = os.path.join("metrics", "dataset.json")
 
 
-def read_hub(d: dict, split: str):
-    for index, row in enumerate(hub.load_dataset_split(d["repo_id"], d["revision"], split), start=1):
-        yield index, row, None
-
-
-def source(d: dict, split: str):
-    """(where, rows) of one split: rows are (row number, value, problem) triples."""
-    if d["source"] == "local":
-        where = os.path.join(d["local_dir"], f"{split}.jsonl")
-        return where, chat.read_jsonl(where)
-    return f"{d['repo_id']} split {split}", read_hub(d, split)
-
-
-def splits(d: dict) -> list[tuple[str, str, int | None]]:
-    """(our name, the source's split, row limit) of the two splits the stage writes."""
-    return [("train", d["train_split"], d["max_train_rows"]), ("eval", d["eval_split"], d["max_eval_rows"])]
-
-
 def select(d: dict, split: str) -> tuple[str, object, chat.Selection]:
     """(where, rows, selection) of one split: the one place `dataset.*` becomes a row check
     (this stage and tools/validate.py both read data through it)."""
-    where, rows = source(d, split)
+    where, rows = chat.split_rows(d, split)
     return where, rows, chat.Selection(where, d["column"], d["on_bad_row"], d["max_skipped_fraction"], d["format"])
 
 
@@ -67,7 +49,7 @@ def main() -> None:
     counts = {}
     with outputs.staged_dir(OUT) as tmp:
         skipped = []
-        for name, split, limit in splits(d):
+        for name, split, limit in chat.splits(d):
             where, rows, selection = select(d, split)
             write_split(selection, rows, limit, os.path.join(tmp, f"{name}.jsonl"))
             skipped += [{"split": name, **s} for s in selection.skipped]

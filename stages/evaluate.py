@@ -12,7 +12,11 @@ evaluated at step 0 (the base: a LoRA adapter starts at zero) and at its last st
 from its DVCLive files and no pass is made again; otherwise MaxText computes them here. Then
 greedy generations for the recipe's `evaluate.prompts` from both HF checkpoints with
 `transformers`, side by side, all prompts in one batch (both in one process:
-stages/in_maxtext/loss_and_answers.py). Writes
+stages/in_maxtext/loss_and_answers.py). After preference tuning (models/preference-maxtext
+holds parameters), also the tuned model's held-out loss and, on the held-out pairs
+(data/preference/eval.jsonl), how often the SFT and the tuned model prefer the chosen answer
+and the reward train_dpo optimises (docs/preference.md); the generations are the export's,
+the tuned model's. Writes
   metrics/eval.json      base / fine-tuned loss and perplexity, and where they were computed
   eval/generations.md    the prompts and both models' answers
 """
@@ -28,6 +32,7 @@ from stages.lib.cli import run
 from stages.lib.params import load
 
 METRICS = os.path.join("metrics", "eval.json")
+PREFERENCE_TUNED = "preference_tuned"
 GENERATIONS = os.path.join("eval", "generations.md")
 
 
@@ -48,15 +53,28 @@ def from_training(params: dict) -> dict | None:
     }
 
 
+def preference_settings() -> dict | None:
+    """How the preference stage tuned its model (None: it was off)."""
+    if not os.path.isdir(paths.PREFERENCE_PARAMS):
+        return None
+    return outputs.read_json(os.path.join(paths.PREFERENCE_MAXTEXT, paths.PREFERENCE_SETTINGS))
+
+
 def invocation(params: dict, work: str, losses: bool = True) -> tuple[flags.Invocation, str]:
     """The one MaxText process (stages/in_maxtext/loss_and_answers.py), and its report's path;
-    `losses`: whether it computes the held-out losses too."""
+    `losses`: whether it computes the base's and the SFT model's held-out losses too. With
+    preference tuning, the tuned model's loss, and both models' held-out pair scores."""
     report, prompts = os.path.join(work, "evaluation.json"), os.path.join(work, "prompts.json")
     with open(prompts, "w") as f:
         json.dump(list(params["evaluate"]["prompts"]), f)
     checkpoints = {"base": paths.BASE_MAXTEXT_PARAMS, "fine_tuned": paths.SFT_PARAMS} if losses else {}
     exports = {"base": paths.BASE_HF, "fine_tuned": paths.SFT_HF}
-    return flags.loss_and_answers(params, report, checkpoints, exports, prompts, work), report
+    preference, pairs = preference_settings(), None
+    if preference:
+        checkpoints[PREFERENCE_TUNED] = paths.PREFERENCE_PARAMS
+        pairs = {"sft": paths.SFT_PARAMS, PREFERENCE_TUNED: paths.PREFERENCE_PARAMS}  # the reference first
+    job = flags.loss_and_answers(params, report, checkpoints, exports, prompts, work, pairs, preference)
+    return job, report
 
 
 def evaluation(params: dict) -> dict:
@@ -68,9 +86,28 @@ def evaluation(params: dict) -> dict:
         with open(report) as f:
             found = json.load(f)
     if trained:
-        found["loss"] = trained
+        found["loss"].update(trained)
     found["loss_from"] = "training" if trained else "evaluate"
     return found
+
+
+def preference_metrics(found: dict) -> dict:
+    """With preference tuning: the tuned model's held-out loss, and both models' scores on the
+    held-out pairs (stages/in_maxtext/loss_and_answers.py: preference_scores)."""
+    if "pairs" not in found:
+        return {}
+    tuned, sft, pairs = found["loss"][PREFERENCE_TUNED], found["pairs"]["sft"], found["pairs"][PREFERENCE_TUNED]
+    return {
+        "preference_tuned_loss": tuned["loss"],
+        "preference_tuned_perplexity": tuned["perplexity"],
+        "pairs": pairs["pairs"],
+        "sft_preference_accuracy": sft["preference_accuracy"],
+        "preference_tuned_preference_accuracy": pairs["preference_accuracy"],
+        "sft_logp_margin": sft["logp_margin"],
+        "preference_tuned_logp_margin": pairs["logp_margin"],
+        "reward_accuracy": pairs["reward_accuracy"],  # Tunix's, against the SFT model (DPO)
+        "reward_margin": pairs["reward_margin"],
+    }
 
 
 def write_generations(prompts: list[str], base: list[str], tuned: list[str]) -> None:
@@ -112,6 +149,14 @@ def main() -> None:
         f" (computed by {found['loss_from']})",
         flush=True,
     )
+    if "pairs" in found:
+        sft, pt = found["pairs"]["sft"], found["pairs"][PREFERENCE_TUNED]
+        print(
+            f"evaluate: held-out pairs ({pt['pairs']}): chosen the likelier answer SFT {sft['preference_accuracy']:.3f}"
+            f" -> preference-tuned {pt['preference_accuracy']:.3f}; reward accuracy {pt['reward_accuracy']:.3f},"
+            f" margin {pt['reward_margin']:.4f}; held-out chat loss {found['loss'][PREFERENCE_TUNED]['loss']:.4f}",
+            flush=True,
+        )
     write_generations(e["prompts"], found["generations"]["base"], found["generations"]["fine_tuned"])
     # Under "eval", as the held-out split's row and token counts are in metrics/dataset.json
     # and metrics/token_lengths.json: one group of columns in `dvc metrics show`.
@@ -125,6 +170,7 @@ def main() -> None:
                 "fine_tuned_perplexity": tuned["perplexity"],
                 "target_tokens": tuned["target_tokens"],
                 "loss_from": found["loss_from"],  # training (its step-0 and last evaluations) or evaluate
+                **preference_metrics(found),
             }
         },
     )

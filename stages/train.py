@@ -62,23 +62,6 @@ from stages.lib.params import load
 PROFILE = os.path.join("logs", "profile")
 
 
-def keeper(work: workdir.Workdir, keep: int):
-    """Run at every progress poll: prunes old checkpoints, and saves the metrics lines beside
-    the newest checkpoint once they reach its step (what a resume on another VM continues)."""
-    saved_through = [0]
-
-    def poll() -> None:
-        work.prune(keep)
-        newest = max(work.complete_steps(), default=0)
-        if newest > saved_through[0]:
-            logged = train_metrics.steps(work.metrics_file)
-            if logged and int(logged[-1]["step"]) >= newest:
-                work.save(workdir.METRICS_FILE)
-                saved_through[0] = newest
-
-    return poll
-
-
 def one_process(params: dict) -> bool:
     return hardware.hosts(params) == 1 and params["runtime"]["launcher"] == "local"
 
@@ -99,7 +82,7 @@ def train(params: dict, work: workdir.Workdir, curve: train_metrics.Curve) -> No
         return
     interval = params["train"]["eval_interval"]
     curve.add(train_metrics.steps(work.metrics_file), train_metrics.evals(work.metrics_file, interval), up_to=done)
-    progress = train_metrics.reporter(work.metrics_file, total, interval, on_poll=keeper(work, keep), curve=curve)
+    progress = train_metrics.reporter(work.metrics_file, total, interval, on_poll=work.keeper(keep), curve=curve)
     streams = train_data.streams_from(params, work, done)
     if one_process(params):
         maxtext.run("train", flags.train(params, work.url, work.metrics_file, streams[0]), params, progress=progress)

@@ -25,6 +25,7 @@ LONGEST_FIRST = [
     "test_tpu_recipe.py",
     "test_experiments.py",
     "test_multihost.py",
+    "test_preference.py",
     "test_remote.py",
     "test_pipeline.py",
     "test_spot.py",

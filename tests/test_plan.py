@@ -47,3 +47,15 @@ def test_a_recipe_that_overflows_the_boot_disk_is_flagged(capsys):
 def test_a_recipe_whose_base_is_built_here_needs_the_base_model_stage_first():
     with pytest.raises(UserError, match=r"run `dvc repro base_model` first"):
         plan.dimensions(recipe_params("small"), "/nonexistent")
+
+
+def test_the_dpo_recipe_adds_the_preference_stage_and_its_saves(capsys):
+    plan.main(["--recipe", "gemma3-4b-v6e-8-dpo", "--base-hf", "/nonexistent"])
+    out = capsys.readouterr().out
+    assert "preference" in out and "checkpoint saves at steps 1, 477: 2 x 46.6 GB into /dev/shm" in out
+    assert "the reference model's forward over every pair, each step" in out
+    p = plan.plan(recipe_params("gemma3-4b-v6e-8-dpo"), plan.dimensions(recipe_params("gemma3-4b-v6e-8"), "/x"))
+    sft = plan.plan(recipe_params("gemma3-4b-v6e-8"), plan.dimensions(recipe_params("gemma3-4b-v6e-8"), "/x"))
+    assert [s["stage"] for s in p["stages"]][2:5] == ["train", "preference", "convert_out"]
+    # its parameters stay on the boot disk beside the SFT model's
+    assert p["boot_disk_peak"] - sft["boot_disk_peak"] == p["stages"][3]["trained_params"]

@@ -54,3 +54,33 @@ def test_stages_not_run_yet_are_left_out():
         "data        207,865 training conversations (12 bad rows skipped); 2,000 held out"
     ]
     assert summary.lines({}, None) == []
+
+
+def test_a_run_with_preference_tuning():
+    found = {
+        "dvclive-preference/metrics.json": {
+            "run": {
+                "algorithm": "dpo",
+                "steps": 477,
+                "first_step_loss": 0.693,
+                "final_loss": 0.41,
+                "reward_accuracy": 0.7,
+            }
+        },
+        "metrics/eval.json": {
+            "eval": {
+                **FOUND["metrics/eval.json"]["eval"],
+                "pairs": 2000,
+                "sft_preference_accuracy": 0.55,
+                "preference_tuned_preference_accuracy": 0.68,
+                "reward_accuracy": 0.71,
+                "preference_tuned_loss": 1.32,
+            }
+        },
+    }
+    assert summary.lines(found, None) == [
+        "preference  dpo, 477 steps, loss 0.693 -> 0.410, reward accuracy 0.700 (training)",
+        "held-out    loss 1.900 (base) -> 1.300 (fine-tuned), perplexity 6.69 -> 3.67, 812,345 target tokens",
+        "pairs       2000 held out: chosen preferred 0.550 (SFT) -> 0.680 (preference-tuned), reward accuracy 0.710; "
+        "loss 1.320 (preference-tuned)",
+    ]

@@ -197,10 +197,15 @@ def plan(params: dict, d: dict) -> dict:
             + " (its compute is not modelled: docs/benchmarks.md projects the 4B recipe's)",
         },
     ]
+    pref = params["preference"]
+    if pref["enabled"]:
+        stages.insert(3, preference_stage(pref, text, final, per_save, scratch, chips, runtime["keep_checkpoints"]))
+        stages[-2]["read"] += final  # evaluate: the preference-tuned model, its loss and the pairs
+        stages[-2]["passes"] += "; held-out pairs, SFT and preference-tuned (MaxText: 2 passes), and its loss"
     # The boot disk at its fullest: while converting out, everything the run keeps is there.
-    kept = base + converted + final + export + transient
+    kept = base + converted + final * (2 if pref["enabled"] else 1) + export + transient
     if scratch == "boot disk":
-        kept += stages[2]["peak"]["boot disk"]
+        kept += max(s["peak"].get("boot disk", 0) for s in stages[2:4] if "saves" in s)
     peak_flops = chips * accelerator.peak_bf16_tflops_per_chip * 1e12 if accelerator else None
     return {
         "text_parameters": text,
@@ -212,7 +217,30 @@ def plan(params: dict, d: dict) -> dict:
         "stages": stages,
         "boot_disk_peak": kept,
         "scratch": scratch,
-        "shm_peak": stages[2]["peak"].get("/dev/shm", 0),
+        "shm_peak": max(s["peak"].get("/dev/shm", 0) for s in stages if "saves" in s),
+    }
+
+
+def preference_stage(pref: dict, text: int, final: int, per_save: float, scratch: str, chips, keep: int) -> dict:
+    """The preference stage (on): train_dpo from the SFT parameters, saving as SFT does; a
+    step is the policy's forward and backward over both answers of every pair, and (DPO) the
+    reference model's forward over them."""
+    saves = save_steps(pref["steps"], pref["checkpoint_period"])
+    tokens = 2 * pref["per_device_batch_size"] * (chips or 1) * pref["gradient_accumulation_steps"]
+    tokens *= pref["max_target_length"]
+    flops_per_token = 6 + (2 if pref["algorithm"] == "dpo" else 0)
+    return {
+        "stage": "preference",
+        "read": final,
+        "written": _add({scratch: per_save * len(saves)}, {"boot disk": final}),
+        "trained_params": final,
+        "saves": saves,
+        "save_bytes": per_save,
+        "peak": {scratch: min(len(saves), keep + 1) * per_save},
+        "compute_flops": flops_per_token * text * tokens * pref["steps"],
+        "passes": "the reference model's forward over every pair, each step"
+        if pref["algorithm"] == "dpo"
+        else "ORPO: no reference model",
     }
 
 

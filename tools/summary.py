@@ -3,7 +3,7 @@ the benchmarks and how long each stage took.
 
     python -m tools.summary
 
-Reads the metric files the stages wrote (metrics/*.json, dvclive/metrics.json) and the stage
+Reads the metric files the stages wrote (metrics/*.json, dvclive*/metrics.json) and the stage
 times `dvc repro` logged (logs/stage_times.json); runs nothing. A stage that has not run yet
 is left out. `dvc metrics show` has every figure; `dvc plots show` draws the curves.
 """
@@ -62,6 +62,13 @@ def lines(found: dict[str, dict], limits: dict | None) -> list[str]:
             + f"; {run['median_tokens_per_sec_per_device']:,.0f} tokens/s per device"
             + (f", MFU {run['mfu']:.1%}" if run.get("mfu") is not None else "")
         )
+    preference = found.get("dvclive-preference/metrics.json", {}).get("run")
+    if preference and preference.get("steps"):
+        p = preference
+        out.append(
+            f"preference  {p['algorithm']}, {p['steps']} steps, loss {p['first_step_loss']:.3f}"
+            f" -> {p['final_loss']:.3f}, reward accuracy {p['reward_accuracy']:.3f} (training)"
+        )
     heldout = found.get("metrics/eval.json", {}).get("eval")
     if heldout:
         out.append(
@@ -69,6 +76,13 @@ def lines(found: dict[str, dict], limits: dict | None) -> list[str]:
             f"perplexity {heldout['base_perplexity']:,.4g} -> {heldout['fine_tuned_perplexity']:,.4g}, "
             f"{heldout['target_tokens']:,} target tokens"
         )
+        if "pairs" in heldout:
+            h = heldout
+            out.append(
+                f"pairs       {h['pairs']} held out: chosen preferred {h['sft_preference_accuracy']:.3f} (SFT)"
+                f" -> {h['preference_tuned_preference_accuracy']:.3f} (preference-tuned), reward accuracy "
+                f"{h['reward_accuracy']:.3f}; loss {h['preference_tuned_loss']:.3f} (preference-tuned)"
+            )
     export = found.get("metrics/export_check.json", {}).get("export")
     if export:
         out.append(gate_line("export", export, limits and limits["convert_out"]))
@@ -97,6 +111,7 @@ def main() -> None:
         "metrics/token_lengths.json",
         "metrics/convert_check.json",
         "dvclive/metrics.json",
+        "dvclive-preference/metrics.json",
         "metrics/eval.json",
         "metrics/export_check.json",
         "metrics/benchmark.json",

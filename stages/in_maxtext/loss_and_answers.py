@@ -1,5 +1,6 @@
 """The evaluate stage's work, in one process: held-out loss of MaxText checkpoints, computed
-the way training computes it, and greedy answers of the HF checkpoints to fixed prompts.
+the way training computes it, greedy answers of the HF checkpoints to fixed prompts, and,
+after preference tuning, each model's scores on the held-out preference pairs.
 
 Run by the evaluate stage (through stages.in_maxtext.main, like MaxText's entry points):
 
@@ -16,7 +17,12 @@ batches as Tunix averages its in-training evaluation: the number training's eval
 curve shows, which the evaluate stage takes instead wherever training computed it
 (stages/evaluate.py). Generations: `transformers`, greedy, each prompt as one user turn of
 the chat template, all prompts in one batch, the language model alone (no vision tower).
-(One process for both: MaxText imports transformers and torch anyway.)
+Pair scores (`--pairs sft=... --pairs preference_tuned=...`, then after `--pairs--` train_dpo's
+config and data flags): each pair's log-probability of its chosen and rejected answer under
+each checkpoint, through MaxText's DPO input pipeline and Tunix's `compute_logps`, as
+train_dpo scores them; `preference_scores` turns them into the models' own preference and
+Tunix's reward against the first (the reference).
+(One process for all: MaxText imports transformers and torch anyway.)
 """
 
 import argparse
@@ -24,6 +30,7 @@ import json
 import math
 import sys
 
+PAIRS_SEPARATOR = "--pairs--"  # then train_dpo's config and flags, for the pair scores (flags.PAIRS_SEPARATOR)
 BATCH_KEYS = ("inputs", "inputs_position", "inputs_segmentation", "targets", "targets_position", "targets_segmentation")
 
 
@@ -54,6 +61,74 @@ def heldout_loss(maxtext_args: list[str], checkpoint: str) -> dict:
             weight += int(w)
     loss = sum(losses) / max(len(losses), 1)  # as Tunix averages its evaluation (eval/avg_loss)
     return {"loss": loss, "perplexity": math.exp(min(loss, 50.0)), "target_tokens": weight}
+
+
+def pair_logps(maxtext_args: list[str], checkpoint: str) -> tuple[list[float], list[float]]:
+    """Each held-out pair's summed log-probability of its chosen and of its rejected answer
+    under the checkpoint: MaxText's DPO input pipeline (prompt left-padded, answers
+    right-padded, as train_dpo reads them) and Tunix's `compute_logps` on the inputs its
+    DPOTrainer builds (`_prepare_inputs`: the prompt with each answer, in one batch)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from flax.core.spmd import logical_axis_rules
+    from maxtext.configs import pyconfig
+    from maxtext.input_pipeline import hf_data_processing, tokenizer
+    from maxtext.utils import model_creation_utils
+    from tunix.rl import common
+    from tunix.sft.dpo import dpo_trainer
+
+    argv = ["pairs", *maxtext_args, f"load_parameters_path={checkpoint}", "eval_interval=1", "eval_steps=-1"]
+    config = pyconfig.initialize_pydantic(argv)
+    pad_id = tokenizer.build_tokenizer(config.tokenizer_path, config.tokenizer_type, False, False, None).pad_id
+    model, mesh = model_creation_utils.from_pretrained(config, wrap_with_tunix_adapter=True, tokenizer_pad_id=pad_id)
+    chosen, rejected = [], []
+    with jax.set_mesh(mesh), logical_axis_rules(config.logical_axis_rules):
+        for batch in hf_data_processing.make_hf_eval_iterator(config, mesh, [jax.process_index()]):
+            real = np.asarray(batch["prompt_mask"]).sum(axis=1) > 0  # the last batch's filler rows have none
+            prompt_ids = jnp.concatenate([batch["prompt_ids"]] * 2, axis=0)
+            prompt_mask = jnp.concatenate([batch["prompt_mask"]] * 2, axis=0)
+            completion_ids = jnp.concatenate([batch["chosen_ids"], batch["rejected_ids"]], axis=0)
+            completion_mask = jnp.concatenate([batch["chosen_mask"], batch["rejected_mask"]], axis=0)
+            input_ids = jnp.concatenate([prompt_ids, completion_ids], axis=1)
+            mask = jnp.concatenate([prompt_mask, completion_mask], axis=1)
+            if hasattr(model, "get_attention_mask"):
+                attention_mask = model.get_attention_mask(input_ids, inputs_mask=mask)
+            else:
+                attention_mask = common.make_causal_attn_mask(mask)
+            c, r = dpo_trainer.compute_logps(
+                model,
+                input_ids,
+                common.build_positions_from_mask(mask),
+                attention_mask,
+                completion_ids.shape[1],
+                completion_mask,
+            )
+            chosen += np.asarray(c)[real].tolist()
+            rejected += np.asarray(r)[real].tolist()
+    return chosen, rejected
+
+
+def preference_scores(logps: dict, reference: str, algorithm: str, beta: float) -> dict:
+    """Per model: how often it makes the chosen answer the likelier (`preference_accuracy`) and
+    by how much on average (`logp_margin`, nats); and the reward train_dpo optimises, as Tunix
+    computes it (`reward_accuracy`, `reward_margin`): DPO's beta x the log-ratio to `reference`,
+    ORPO's weight x the log-probability itself (its `orpo_lambda` comes as `beta`)."""
+    ref_c, ref_r = logps[reference]
+    out = {}
+    for name, (c, r) in logps.items():
+        if algorithm == "dpo":
+            rewards = [beta * ((a - ra) - (b - rb)) for a, b, ra, rb in zip(c, r, ref_c, ref_r, strict=True)]
+        else:
+            rewards = [beta * (a - b) for a, b in zip(c, r, strict=True)]
+        out[name] = {
+            "pairs": len(c),
+            "preference_accuracy": sum(a > b for a, b in zip(c, r, strict=True)) / len(c),
+            "logp_margin": sum(a - b for a, b in zip(c, r, strict=True)) / len(c),
+            "reward_accuracy": sum(x > 0 for x in rewards) / len(rewards),
+            "reward_margin": sum(rewards) / len(rewards),
+        }
+    return out
 
 
 def generate(model_dir: str, model_name: str, prompts: list[str], max_new_tokens: int) -> list[str]:
@@ -101,6 +176,7 @@ def main() -> None:
 
     flags.FLAGS(sys.argv[:1])  # Grain's data workers read absl flags, which MaxText's app.run would parse
     split = sys.argv.index("--")
+    pairs_split = sys.argv.index(PAIRS_SEPARATOR) if PAIRS_SEPARATOR in sys.argv else len(sys.argv)
     parser = argparse.ArgumentParser()
     parser.add_argument("--report", required=True)
     parser.add_argument("--checkpoint", action="append", default=[], help="NAME=PATH, evaluated in order")
@@ -108,9 +184,20 @@ def main() -> None:
     parser.add_argument("--prompts", help="a JSON list of prompts")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--model-name", help="MaxText's model_name (which family's layouts apply)")
+    parser.add_argument("--pairs", action="append", default=[], help="NAME=PATH: held-out pair scores")
+    parser.add_argument("--pairs-reference", help="the NAME of --pairs the rewards are relative to")
+    parser.add_argument("--pairs-algorithm", choices=["dpo", "orpo"], default="dpo")
+    parser.add_argument("--pairs-beta", type=float, default=0.1)
     ours = parser.parse_args(sys.argv[1:split])
-    maxtext_args = sys.argv[split + 1 :]
+    maxtext_args = sys.argv[split + 1 : pairs_split]
     report = {"loss": {}, "generations": {}}
+    if ours.pairs:
+        logps = {}
+        for spec in ours.pairs:
+            name, path = spec.split("=", 1)
+            logps[name] = pair_logps(sys.argv[pairs_split + 1 :], path)
+        report["pairs"] = preference_scores(logps, ours.pairs_reference, ours.pairs_algorithm, ours.pairs_beta)
+        print(f"evaluation: pairs: {report['pairs']}", flush=True)
     for spec in ours.checkpoint:
         name, path = spec.split("=", 1)
         report["loss"][name] = heldout_loss(maxtext_args, path)

@@ -17,8 +17,11 @@ recorded (`dataset.on_bad_row`), up to `dataset.max_skipped_fraction` of a split
 """
 
 import json
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from stages.lib import hub
 from stages.lib.errors import UserError
 
 ROLES = ("system", "user", "assistant")
@@ -120,30 +123,41 @@ def read_jsonl(path: str):
                 yield row_no, None, "nested too deeply to be a conversation"
 
 
+def conversation(value, fmt: str, column: str | None) -> tuple[dict | None, str | None]:
+    """A source row as a trainable {"messages": [...]}, or (None, what is wrong with it)."""
+    record, bad = normalise(value, fmt, column)
+    bad = bad or problem(record)
+    return (None, bad) if bad else (record, None)
+
+
 @dataclass
 class Selection:
     """Which rows of one split are trained on. A bad row stops the stage (on_bad_row "stop")
     or is skipped and listed in `skipped` (on_bad_row "skip"), and the split fails if more
-    than max_skipped_fraction of its rows were bad."""
+    than max_skipped_fraction of its rows were bad. `parse` turns a row into the record
+    written, or says what is wrong with it (default: a chat conversation, `conversation`);
+    `section` names the params in messages (the preference pairs have their own)."""
 
     where: str  # the file or Hub split, for messages
     column: str | None
     on_bad_row: str = "stop"
     max_skipped_fraction: float = 0.0
     format: str = "messages"
+    parse: Callable[[object], tuple[dict | None, str | None]] | None = None
+    section: str = "dataset"
     skipped: list[dict] = field(default_factory=list)
     kept: int = 0
 
     def rows(self, source, limit: int | None = None):
-        """Yields {"messages": [...]} for each good row of `source` ((row, value, problem)
-        triples), up to `limit` good rows."""
+        """Yields the record of each good row of `source` ((row, value, problem) triples),
+        up to `limit` good rows."""
+        parse = self.parse or (lambda value: conversation(value, self.format, self.column))
         for row_no, value, bad in source:
             if limit is not None and self.kept >= limit:
                 break
             record = None
             if bad is None:
-                record, bad = normalise(value, self.format, self.column)
-            bad = bad or problem(record)
+                record, bad = parse(value)
             if bad:
                 if self.on_bad_row == "stop":
                     raise UserError(f"{self.where}, row {row_no}: {bad}")
@@ -161,6 +175,21 @@ class Selection:
             first = self.skipped[0]
             raise UserError(
                 f"{self.where}: {len(self.skipped)} of {seen} rows are bad ({100 * len(self.skipped) / seen:.2g}%), "
-                f"more than dataset.max_skipped_fraction={self.max_skipped_fraction:g}; "
+                f"more than {self.section}.max_skipped_fraction={self.max_skipped_fraction:g}; "
                 f"the first, row {first['row']}: {first['reason']}"
             )
+
+
+def split_rows(d: dict, split: str):
+    """(where, rows) of one split of a data section (`dataset`, `preference.data`): rows are
+    (row number, value, problem) triples, from <local_dir>/<split>.jsonl or the Hub."""
+    if d["source"] == "local":
+        where = os.path.join(d["local_dir"], f"{split}.jsonl")
+        return where, read_jsonl(where)
+    hub_rows = ((i, row, None) for i, row in enumerate(hub.load_dataset_split(d["repo_id"], d["revision"], split), 1))
+    return f"{d['repo_id']} split {split}", hub_rows
+
+
+def splits(d: dict) -> list[tuple[str, str, int | None]]:
+    """(our name, the source's split, row limit) of the two splits a data stage writes."""
+    return [("train", d["train_split"], d["max_train_rows"]), ("eval", d["eval_split"], d["max_eval_rows"])]

@@ -21,6 +21,7 @@ from stages.lib import families, hardware, paths
 TO_MAXTEXT = "maxtext.checkpoint_conversion.to_maxtext"
 TO_HUGGINGFACE = "maxtext.checkpoint_conversion.to_huggingface"
 TRAIN_SFT = "maxtext.trainers.post_train.sft.train_sft"
+TRAIN_DPO = "maxtext.trainers.post_train.dpo.train_dpo"
 TRAIN_COMPILE = "maxtext.trainers.pre_train.train_compile"
 # The config file each entry point documents; our own child modules use SFT's, since they
 # run SFT's input pipeline or load what SFT trained.
@@ -29,9 +30,12 @@ CONFIG_FILES = {
     TO_HUGGINGFACE: "base.yml",
     TRAIN_COMPILE: "base.yml",
     TRAIN_SFT: "post_train/sft.yml",
+    TRAIN_DPO: "post_train/dpo.yml",
 }
 SFT_RUN_NAME = "sft"
+PREFERENCE_RUN_NAME = "preference"
 CHECK_SEPARATOR = "--check--"  # export_job's arguments: to_huggingface's, then the export check's
+PAIRS_SEPARATOR = "--pairs--"  # loss_and_answers's arguments: SFT's config and flags, then train_dpo's
 
 
 @dataclass(frozen=True)
@@ -252,6 +256,66 @@ def train(
     return Invocation(TRAIN_SFT, args, fetch=staged.fetch if staged else {})
 
 
+def preference_data(p: dict, train_file: str | None = None) -> list[str]:
+    """How preference pairs become batches (the preference stage and evaluate's pair scores):
+    MaxText's DPO pipeline on the two texts of data/preference (stages/preference_data.py).
+    `p`: the preference settings (params' `preference`, or what the preference stage recorded
+    beside the model it made: evaluate declares no preference params)."""
+    return [
+        f"tokenizer_path={_abs(paths.BASE_HF)}",
+        "hf_path=json",
+        f"hf_train_files={_abs(train_file or os.path.join(paths.PREFERENCE_DATA, 'train.jsonl'))}",
+        "train_split=train",
+        "train_data_columns=['chosen','rejected']",
+        f"hf_eval_files={_abs(os.path.join(paths.PREFERENCE_DATA, 'eval.jsonl'))}",
+        "hf_eval_split=train",
+        "eval_data_columns=['chosen','rejected']",
+        f"max_target_length={p['max_target_length']}",
+        f"dpo.max_prompt_length={p['max_prompt_length']}",
+        f"per_device_batch_size={p['per_device_batch_size']}",
+        "grain_worker_count=0",  # no in-training evaluation: evaluate scores the held-out pairs
+        "grain_worker_count_eval=0",
+    ]
+
+
+def preference_objective(params: dict) -> list[str]:
+    """The preference loss: DPO against the SFT model, or ORPO (train_dpo's `dpo.*` flags)."""
+    p = params["preference"]
+    return [
+        f"dpo.algo={p['algorithm']}",
+        f"dpo.dpo_beta={p['beta']}",
+        f"dpo.orpo_lambda={p['orpo_lambda']}",
+        f"dpo.dpo_label_smoothing={p['label_smoothing']}",
+    ]
+
+
+def preference(params: dict, output_dir: str, metrics_file: str, train_file: str) -> Invocation:
+    """The preference run: MaxText's train_dpo from the SFT parameters, on one host. Its stream
+    is written already shuffled, holding every epoch (as train's), so MaxText's shuffle is off
+    and a resumed run continues it."""
+    p = params["preference"]
+    args = [
+        config_file(TRAIN_DPO),
+        *common(params),
+        *preference_data(p, train_file),
+        *preference_objective(params),
+        f"load_parameters_path={_abs(paths.SFT_PARAMS)}",
+        f"run_name={PREFERENCE_RUN_NAME}",
+        f"steps={p['steps']}",
+        f"gradient_accumulation_steps={p['gradient_accumulation_steps']}",
+        f"learning_rate={p['learning_rate']}",
+        f"warmup_steps_fraction={p['warmup_steps_fraction']}",
+        "enable_data_shuffling=false",
+        "num_epoch=1",
+        f"base_output_directory={output_dir}",
+        "eval_interval=-1",
+        f"checkpoint_period={p['checkpoint_period']}",
+        f"metrics_file={metrics_file}",
+        *checkpoint_storage(params),
+    ]
+    return Invocation(TRAIN_DPO, args)
+
+
 def profiler(params: dict) -> list[str]:
     """MaxText's profiler (as the tutorial's `profiler=xplane`) for runtime.profile_steps steps
     after the first runtime.profile_skip_steps (the first step compiles); it writes the trace
@@ -322,7 +386,7 @@ def _to_huggingface(params: dict) -> list[str]:
         config_file(TO_HUGGINGFACE),
         *common(one_host(params)),
         "use_multimodal=false",
-        f"load_parameters_path={_abs(paths.SFT_PARAMS)}",
+        f"load_parameters_path={_abs(paths.tuned_params())}",
         "run_name=convert_out",
         # Convert in float32 and round once, at the end (export.assemble): MaxText's bf16
         # path rounds Gemma's 1+w norm scales before subtracting 1, four times coarser.
@@ -363,7 +427,7 @@ def _check_reference(params: dict) -> list[str]:
     return [
         config_file(TRAIN_SFT),
         *common(one_host(params)),
-        f"load_parameters_path={_abs(paths.SFT_PARAMS)}",
+        f"load_parameters_path={_abs(paths.tuned_params())}",
         *(lora_shape(params) if lora_enabled(params) else []),
     ]
 
@@ -404,12 +468,34 @@ def export_job(params: dict, out_dir: str, report: str) -> Invocation:
 
 
 def loss_and_answers(
-    params: dict, report: str, checkpoints: dict[str, str], answers: dict[str, str], prompts: str, output_dir: str
+    params: dict,
+    report: str,
+    checkpoints: dict[str, str],
+    answers: dict[str, str],
+    prompts: str,
+    output_dir: str,
+    pairs: dict[str, str] | None = None,
+    preference: dict | None = None,
 ) -> Invocation:
     """The evaluate stage's child (stages/in_maxtext/loss_and_answers.py): held-out loss of each MaxText
     checkpoint (none: training computed them), through training's data flags, and greedy answers
-    of each HF checkpoint."""
+    of each HF checkpoint; with `pairs` ({name: checkpoint}, the first the reference) and the
+    `preference` settings they were tuned with, their scores on the held-out preference pairs."""
     ours = ["--report", report]
+    pair_args = []
+    if pairs:
+        ours += [a for name, path in pairs.items() for a in ("--pairs", f"{name}={_abs(path)}")]
+        weight = preference["beta"] if preference["algorithm"] == "dpo" else preference["orpo_lambda"]
+        ours += ["--pairs-reference", next(iter(pairs)), "--pairs-algorithm", preference["algorithm"]]
+        ours += ["--pairs-beta", str(weight)]
+        pair_args = [
+            PAIRS_SEPARATOR,
+            config_file(TRAIN_DPO),
+            *common(one_host(params)),
+            *preference_data(preference),
+            f"base_output_directory={_abs(output_dir)}",
+            "run_name=evaluate-pairs",
+        ]
     ours += [a for name, path in checkpoints.items() for a in ("--checkpoint", f"{name}={_abs(path)}")]
     ours += [a for name, path in answers.items() for a in ("--generate", f"{name}={_abs(path)}")]
     ours += ["--prompts", prompts, "--max-new-tokens", str(params["evaluate"]["max_new_tokens"])]
@@ -427,6 +513,7 @@ def loss_and_answers(
             # Training's batches, so that the batch-averaged loss is the one training's
             # evaluation reports (stages/in_maxtext/loss_and_answers.py).
             f"per_device_batch_size={params['train']['per_device_batch_size']}",
+            *pair_args,
         ],
         env=one_host_env(params),
     )

@@ -99,13 +99,18 @@ class BaseModelParams(Section):
     )
 
 
-class DatasetParams(Section):
+class DataSource(Section):
+    """Where a data section's two splits come from (`dataset`, `preference.data`)."""
+
     source: Choice("local", "hub", doc="local: <local_dir>/<split>.jsonl; hub: repo_id at revision")
     local_dir: Str(r"[^/][\s\S]*", "a directory relative to the project root", nullable=True)
     repo_id: HfRepo
     revision: Revision
     train_split: Str()
     eval_split: Str()
+
+
+class DatasetParams(DataSource):
     format: Choice(
         "messages",
         "sharegpt",
@@ -221,6 +226,44 @@ class BenchmarkParams(Section):
     )
 
 
+class PreferenceDataParams(DataSource):
+    format: Choice(
+        "messages",
+        "text",
+        doc="messages: 'chosen' and 'rejected' {role, content} lists ending in the two answers, with an "
+        "optional 'prompt' string (UltraFeedback binarized); text: 'chosen' and 'rejected' strings holding the "
+        "whole exchange (train_dpo's docs, hh-rlhf) (stages/lib/preference_pairs.py)",
+    )
+    max_train_rows: Int(1, nullable=True, doc="null: every pair")
+    max_eval_rows: Int(1, nullable=True, doc="held-out pairs kept for evaluation; null: every pair")
+    on_bad_row: Choice(
+        "stop",
+        "skip",
+        doc="stop: the first bad pair stops the stage; skip: it is left out and listed in "
+        "data/preference/skipped.jsonl",
+    )
+    max_skipped_fraction: Num(ge=0, le=1, doc="with skip: the stage fails if more of a split than this is bad")
+
+
+class PreferenceParams(Section):
+    enabled: Bool(doc="preference tuning after SFT (MaxText's train_dpo); off: the pipeline is SFT alone")
+    algorithm: Choice("dpo", "orpo", doc="dpo: against the SFT model as reference; orpo: no reference model")
+    beta: Num(gt=0, doc="DPO's beta: how far the policy may move from the reference")
+    orpo_lambda: Num(gt=0, doc="ORPO's weight of the odds-ratio term")
+    label_smoothing: Num(ge=0, lt=0.5, doc="conservative DPO's label smoothing; 0: plain DPO")
+    steps: Int(1)
+    per_device_batch_size: Int(1, doc="pairs per chip and step (each pair is two sequences)")
+    gradient_accumulation_steps: Int(1)
+    max_target_length: Int(16, doc="tokens of prompt and answer")
+    max_prompt_length: Int(1, doc="tokens of prompt kept (its end); the answers get the rest")
+    learning_rate: Num(gt=0, lt=1)
+    warmup_steps_fraction: Num(ge=0, lt=1)
+    num_epochs: Int(1)
+    checkpoint_period: Int(1, doc="steps between checkpoints: what a preemption can lose at most")
+    seed: Int(0, doc="the order of the pairs")
+    data: PreferenceDataParams
+
+
 class HardwareParams(Section):
     kind: Choice(*hardware.KINDS)
     hosts: Int(
@@ -298,6 +341,7 @@ class Params(Section):
     convert_out: ConvertOutParams
     evaluate: EvaluateParams
     benchmark: BenchmarkParams
+    preference: PreferenceParams
     hardware: HardwareParams
     runtime: RuntimeParams
 
@@ -380,11 +424,14 @@ def _check_consistency(p: dict, where: str) -> None:
         ("base_model", "gguf"): ("gguf_sha256",),
         ("dataset", "hub"): ("repo_id", "revision"),
         ("dataset", "local"): ("local_dir",),
+        ("preference.data", "hub"): ("repo_id", "revision"),
+        ("preference.data", "local"): ("local_dir",),
     }
     for (section, source), keys in needs.items():
-        if p[section]["source"] == source:
+        values = p["preference"]["data"] if section == "preference.data" else p[section]
+        if values["source"] == source:
             for key in keys:
-                if p[section][key] is None:
+                if values[key] is None:
                     raise UserError(f"{where}: {section}.{key}: must be set when {section}.source is {source}")
     b = p["base_model"]
     if b["source"] == "gguf" and (b["gguf_file"] is None) == (b["gguf_package"] is None):
@@ -473,11 +520,38 @@ def _check_consistency(p: dict, where: str) -> None:
                 else f"must be set for dataset.format {d['format']} (the column holding each conversation)"
             )
         )
+    _check_local_splits(d, "dataset", where)
+    _check_preference(p, where)
+
+
+def _check_local_splits(d: dict, section: str, where: str) -> None:
     if d["source"] == "local":
         for split in (d["train_split"], d["eval_split"]):
             path = os.path.join(d["local_dir"], f"{split}.jsonl")
             if not os.path.isfile(path):
-                raise UserError(f"{where}: dataset.local_dir: {path} not found (one <split>.jsonl per split)")
+                raise UserError(f"{where}: {section}.local_dir: {path} not found (one <split>.jsonl per split)")
+
+
+def _check_preference(p: dict, where: str) -> None:
+    pref = p["preference"]
+    if not pref["enabled"]:
+        return
+    if p["train"]["lora"]["enabled"]:
+        raise UserError(
+            f"{where}: preference.enabled: MaxText's preference trainer (train_dpo) has no LoRA path; "
+            "set train.lora.enabled: false or preference.enabled: false"
+        )
+    if p["hardware"]["hosts"] > 1:
+        raise UserError(
+            f"{where}: preference.enabled: preference tuning runs on one host (a v6e-8, or this CPU) for now; "
+            "set hardware.hosts: 1 or preference.enabled: false (docs/preference.md)"
+        )
+    if pref["max_prompt_length"] >= pref["max_target_length"]:
+        raise UserError(
+            f"{where}: preference.max_prompt_length: {pref['max_prompt_length']} leaves no room for the answers "
+            f"within preference.max_target_length {pref['max_target_length']}; make it smaller"
+        )
+    _check_local_splits(pref["data"], "preference.data", where)
 
 
 # Which keys this process read, for tests/test_declared.py: every key a stage reads must be

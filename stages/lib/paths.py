@@ -22,3 +22,16 @@ SFT_MAXTEXT = os.path.join("models", "sft-maxtext")  # train:
 SFT_PARAMS = os.path.join(SFT_MAXTEXT, "params")  # ... the final full parameters (Orbax)
 SFT_LORA = os.path.join(SFT_MAXTEXT, "lora")  # ... and, for LoRA runs, the adapter they came from
 SFT_HF = os.path.join("models", "sft-hf")  # convert_out: the checked HF export
+PREFERENCE_DATA = os.path.join("data", "preference")  # preference_data: train.jsonl, eval.jsonl (train_dpo's texts)
+PREFERENCE_MAXTEXT = os.path.join("models", "preference-maxtext")  # preference: the preference-tuned model
+PREFERENCE_PARAMS = os.path.join(PREFERENCE_MAXTEXT, "params")  # ... its parameters (Orbax), when it is on
+PREFERENCE_SETTINGS = "preference.json"  # ... and, beside them, how it was tuned (algorithm, beta, lengths)
+# What the preference stages leave when preference tuning is off: a note, the same bytes every
+# time, so that turning it off again finds everything after it in DVC's run-cache.
+OFF_NOTE = "README.md"
+
+
+def tuned_params() -> str:
+    """The parameters the pipeline exports and evaluates as its result: the preference-tuned
+    model where the preference stage made one, else the SFT model."""
+    return PREFERENCE_PARAMS if os.path.isdir(PREFERENCE_PARAMS) else SFT_PARAMS

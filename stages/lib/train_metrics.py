@@ -124,19 +124,20 @@ def summary(done: list[dict], evaluations: list[dict], hardware_kind: str) -> di
 class Curve:
     """MaxText's metrics lines logged through DVCLive, each step once, in step order."""
 
-    def __init__(self):
+    def __init__(self, live_dir: str = LIVE_DIR, train_keys: dict[str, str] = TRAIN_KEYS):
         from dvclive import Live
 
         # resume=False: DVC removed the stage's outputs before running it; a resumed run
         # writes the curve again from the lines saved with its checkpoints (`add`), then
         # continues it. dvc.yaml declares these files itself (dvcyaml=None), and `dvc exp
         # run` makes the experiment (save_dvc_exp=False).
-        self.live = Live(LIVE_DIR, resume=False, dvcyaml=None, save_dvc_exp=False)
+        self.live = Live(live_dir, resume=False, dvcyaml=None, save_dvc_exp=False)
+        self.train_keys = train_keys
         self.logged: set[tuple[str, int]] = set()
 
     def add(self, done: list[dict], evaluations: list[dict], up_to: int | None = None) -> None:
         """Logs every line not logged yet (with `up_to`: only steps up to it)."""
-        lines = [(int(r["step"]), "train", r, TRAIN_KEYS) for r in done] + [
+        lines = [(int(r["step"]), "train", r, self.train_keys) for r in done] + [
             (int(r["step"]), "eval", r, EVAL_KEYS) for r in evaluations
         ]
         new = False

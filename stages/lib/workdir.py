@@ -1,6 +1,7 @@
 """MaxText's working directory for one training run: named by what it trains, resumable.
 
-The directory is `<runtime.scratch_dir>/train-<digest>`, local or on gs://, and is not a DVC
+The directory is `<runtime.scratch_dir>/train-<digest>` (the preference stage's:
+`preference-<digest>`), local or on gs://, and is not a DVC
 output: it holds the intermediate checkpoints a killed run resumes from. The digest covers
 exactly what determines the training:
   - the params the train stage declares in dvc.yaml (runtime.* is not among them),
@@ -109,11 +110,13 @@ def shared_input(params: dict, name: str) -> str:
     return f"{params['runtime']['scratch_dir'].rstrip('/')}/{INPUTS}/{name}"
 
 
-def for_params(params: dict, stage: str = "train") -> "Workdir":
+def for_params(params: dict, stage: str = "train", run_name: str = "sft") -> "Workdir":
+    """The working directory of `stage`'s training (train, or preference: `<stage>-<digest>`)."""
     keys, _ = declared(stage)
     inputs = input_hashes(params, stage)
-    name = PREFIX + digest(tracked_values(params, keys), inputs, trainer_versions())
-    return Workdir(params["runtime"]["scratch_dir"], name, inputs=inputs)
+    prefix = PREFIX if stage == "train" else f"{stage}-"
+    name = prefix + digest(tracked_values(params, keys), inputs, trainer_versions())
+    return Workdir(params["runtime"]["scratch_dir"], name, run_name, inputs=inputs, prefix=prefix)
 
 
 class Workdir:
@@ -126,8 +129,11 @@ class Workdir:
     disk continues the same curve (`restore`); the stream itself is rewritten from the data.
     """
 
-    def __init__(self, scratch_dir: str, name: str, run_name: str = "sft", inputs: dict | None = None):
+    def __init__(
+        self, scratch_dir: str, name: str, run_name: str = "sft", inputs: dict | None = None, prefix: str = PREFIX
+    ):
         self.name = name
+        self.prefix = prefix  # what the names of this stage's working directories begin with (others)
         self.inputs = inputs or {}  # what identified it (input_hashes): also keys the inputs staged for many hosts
         remote = "://" in scratch_dir
         local_scratch = LOCAL_SCRATCH if remote else scratch_dir
@@ -185,7 +191,7 @@ class Workdir:
         """Working directories of runs with other inputs (killed, then params changed)."""
         parent = self.url.rsplit("/", 1)[0]
         fs, root = fsspec.core.url_to_fs(parent)
-        found = fs.glob(f"{root}/{PREFIX}*") if fs.exists(root) else []
+        found = fs.glob(f"{root}/{self.prefix}*") if fs.exists(root) else []
         return [p for p in found if not p.rstrip("/").endswith(self.name)]
 
     def save(self, name: str) -> None:
@@ -214,6 +220,24 @@ class Workdir:
             self.fs.get(path.rstrip("/") + "/", dest, recursive=True)
         else:
             outputs.link_or_copy_tree(path, dest)
+
+    def keeper(self, keep: int):
+        """Run at every progress poll: prunes old checkpoints, and saves the metrics lines beside
+        the newest checkpoint once they reach its step (what a resume on another VM continues)."""
+        from stages.lib import train_metrics
+
+        saved_through = [0]
+
+        def poll() -> None:
+            self.prune(keep)
+            newest = max(self.complete_steps(), default=0)
+            if newest > saved_through[0]:
+                logged = train_metrics.steps(self.metrics_file)
+                if logged and int(logged[-1]["step"]) >= newest:
+                    self.save(METRICS_FILE)
+                    saved_through[0] = newest
+
+        return poll
 
     def remove(self) -> None:
         for fs, path in ((self.fs, self.root), (fsspec.filesystem("file"), self.local)):

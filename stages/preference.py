@@ -1,0 +1,195 @@
+"""Stage preference: preference tuning after SFT with MaxText's own trainer (DPO or ORPO).
+
+    python -m stages.preference             # run (a no-op while preference.enabled is false)
+    python -m stages.preference --dry-run   # print the MaxText command, have MaxText validate it
+
+With `preference.enabled`, runs `maxtext.trainers.post_train.dpo.train_dpo` (Tunix's
+DPOTrainer) from the SFT parameters (models/sft-maxtext/params) on the pairs of
+data/preference/train.jsonl, and writes
+  models/preference-maxtext/params/   the final parameters (Orbax): what convert_out exports,
+                                      evaluate and the benchmark then judge
+  dvclive-preference/                 DVCLive's record, step by step while MaxText trains: the
+                                      preference loss, learning rate, grad norm, throughput and
+                                      the reward accuracy and margin as MaxText reports them
+                                      (Tunix's means over the steps of the running process)
+`preference.algorithm: dpo` holds a frozen copy of the SFT model as the reference
+(train_dpo's `nnx.clone`); `orpo` needs none. Off, both outputs hold a note (always the same
+bytes), so the stages after it find their cached results.
+
+As train does: MaxText works in <runtime.scratch_dir>/preference-<digest of what it trains>
+(stages/lib/workdir.py); the stage writes the pairs' stream already shuffled (the order of
+preference.seed, every epoch), and a killed run's next `dvc repro` resumes from the newest
+complete checkpoint with the stream continued after the pairs those steps used (no packing:
+steps x pairs per step). On a TPU kind it first checks the fit (stages/fit_check.py's
+compile of the step at twice the pairs, plus the reference model's parameters: see
+`check_fit`). One host for now (params.py refuses more), and no LoRA: train_dpo has no
+LoRA path.
+"""
+
+import os
+import sys
+
+from stages import fit_check
+from stages.lib import checkpoint, families, flags, hardware, maxtext, outputs, paths, stream, train_metrics, workdir
+from stages.lib.cli import run
+from stages.lib.errors import StageFailed
+from stages.lib.params import load
+
+LIVE_DIR = "dvclive-preference"
+# MaxText's DPO metrics beside train's (hooks.py: learning/reward_accuracy, learning/reward_margin).
+TRAIN_KEYS = {
+    **train_metrics.TRAIN_KEYS,
+    "reward_accuracy": "learning/reward_accuracy",
+    "reward_margin": "learning/reward_margin",
+}
+OFF_TEXT = (
+    "Preference tuning is off (`preference.enabled: false`): convert_out exports the SFT model\n"
+    "(models/sft-maxtext). Turn it on with `dvc exp run -S preference.enabled=true` (docs/preference.md).\n"
+)
+
+
+def write_off() -> None:
+    with outputs.staged_dir(paths.PREFERENCE_MAXTEXT) as tmp:
+        outputs.write_text(os.path.join(tmp, paths.OFF_NOTE), OFF_TEXT)
+    with outputs.staged_dir(LIVE_DIR) as tmp:
+        os.makedirs(os.path.join(tmp, "plots"))
+        outputs.write_text(os.path.join(tmp, "plots", paths.OFF_NOTE), OFF_TEXT)
+        outputs.write_json(os.path.join(tmp, "metrics.json"), {"enabled": False})
+
+
+def settings(params: dict) -> dict:
+    """How the model was tuned, kept beside it: what evaluate needs to score pairs as
+    training did, without declaring (and re-running on) preference params of its own."""
+    keys = ("algorithm", "beta", "orpo_lambda", "max_target_length", "max_prompt_length", "per_device_batch_size")
+    return {k: params["preference"][k] for k in keys}
+
+
+def pairs_per_step(params: dict) -> int:
+    p = params["preference"]
+    return p["per_device_batch_size"] * hardware.devices_per_host(params) * p["gradient_accumulation_steps"]
+
+
+def stream_from(params: dict, work: workdir.Workdir, step: int) -> str:
+    """The pairs MaxText reads: every epoch, shuffled, from the first pair `step` steps did
+    not use (MaxText's DPO pipeline neither packs nor drops a pair: each step takes exactly
+    pairs_per_step)."""
+    p = params["preference"]
+    full = os.path.join(work.local, "stream.jsonl")
+    if not os.path.exists(full):
+        os.makedirs(work.local, exist_ok=True)
+        stream.write(os.path.join(paths.PREFERENCE_DATA, "train.jsonl"), full, p["seed"], p["num_epochs"])
+    if step == 0:
+        return full
+    resumed = os.path.join(work.local, f"stream-from-step-{step}.jsonl")
+    left = stream.skip(full, step * pairs_per_step(params), resumed)
+    print(f"preference: resuming at step {step}: {left} pairs of the stream left", flush=True)
+    return resumed
+
+
+def check_fit(params: dict) -> dict | None:
+    """On a TPU kind: does a preference step fit the chips? MaxText compiles no DPO step ahead
+    of time (train_compile refuses use_dpo), so fit_check's compile of the train step is made
+    at what DPO's step holds: twice the sequences (each pair's chosen and rejected run in one
+    batch) at preference.max_target_length, and, for DPO, the reference model's parameters
+    (a frozen float32 copy of the policy's, sharded as they are) added to it.
+    A projection from a measured compile, said as such in metrics and docs."""
+    kind = params["hardware"]["kind"]
+    if kind not in hardware.TPUS:
+        return None
+    p = params["preference"]
+    overrides = {
+        "per_device_batch_size": 2 * p["per_device_batch_size"],
+        "gradient_accumulation_steps": p["gradient_accumulation_steps"],
+        "max_target_length": p["max_target_length"],
+    }
+    compiled = fit_check.compile_once(params, overrides)
+    # The reference is one more copy of the policy's float32 parameters, sharded as they are:
+    # a third of the compiled step's arguments (parameters and Adam's two moments, float32).
+    reference = compiled["per_chip_gib"]["arguments"] / 3 * fit_check.GIB if p["algorithm"] == "dpo" else 0
+    total = compiled["per_chip_gib"]["total"] + reference / fit_check.GIB
+    fit = {
+        "step_compiled_gib": compiled["per_chip_gib"]["total"],
+        "reference_model_gib": reference / fit_check.GIB,
+        "total_gib": total,
+        "hbm_gib": compiled["hbm_gib"],
+        "fits": total <= compiled["hbm_gib"],
+    }
+    print(
+        f"preference: fit on a {kind}: the step at {overrides['per_device_batch_size']} sequences of "
+        f"{p['max_target_length']} a chip {fit['step_compiled_gib']:.1f} GiB + the reference model "
+        f"{fit['reference_model_gib']:.1f} GiB = {total:.1f} of {fit['hbm_gib']:.0f} GiB per chip",
+        flush=True,
+    )
+    if not fit["fits"]:
+        raise fit_check.DoesNotFit(
+            f"preference tuning needs ~{total:.1f} GiB per chip, over a {kind}'s {fit['hbm_gib']:.0f} GiB: "
+            "lower preference.per_device_batch_size (and raise gradient_accumulation_steps) or max_target_length"
+        )
+    return fit
+
+
+def train(params: dict, work: workdir.Workdir, curve: train_metrics.Curve) -> None:
+    """Runs train_dpo until the final checkpoint exists (at once, if a killed run left it)."""
+    total, keep = params["preference"]["steps"], params["runtime"]["keep_checkpoints"]
+    done = max([s for s in work.complete_steps() if s <= total], default=0)
+    if done == total:
+        print(f"preference: the final checkpoint (step {done}) is already there; publishing it", flush=True)
+        return
+    curve.add(train_metrics.steps(work.metrics_file), [], up_to=done)
+    progress = train_metrics.reporter(work.metrics_file, total, 0, on_poll=work.keeper(keep), curve=curve)
+    job = flags.preference(params, work.url, work.metrics_file, stream_from(params, work, done))
+    maxtext.run("preference", job, params, progress=progress)
+    work.prune(keep)
+    work.save(workdir.METRICS_FILE)
+    if total not in work.complete_steps():
+        raise StageFailed(
+            f"preference tuning stopped before step {total} without a final checkpoint; if the pairs ran out, "
+            f"raise preference.num_epochs (now {params['preference']['num_epochs']}) or lower preference.steps"
+        )
+
+
+def main() -> None:
+    params = load()
+    if not params["preference"]["enabled"]:
+        write_off()
+        print("preference: preference.enabled is false; the SFT model is the result", flush=True)
+        return
+    families.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
+    work = workdir.for_params(params, "preference", flags.PREFERENCE_RUN_NAME)
+    if "--dry-run" in sys.argv:
+        stream_file = os.path.join(work.local, "stream.jsonl")
+        maxtext.dry_run("preference", flags.preference(params, work.url, work.metrics_file, stream_file), params)
+        return
+    hardware.check_present(params)
+    n_params = checkpoint.parameter_count(paths.BASE_HF)
+    hardware.check_training_disk(params, work.url, n_params, paths.PREFERENCE_MAXTEXT, lora=False)
+    with work.lock():
+        # A resumed run fitted before: the compile (minutes at 4B, on the host) is not repeated.
+        fit = None if work.complete_steps() else check_fit(params)
+        print(f"preference: working directory {work.url}", flush=True)
+        work.restore(workdir.METRICS_FILE)
+        curve = train_metrics.Curve(LIVE_DIR, TRAIN_KEYS)
+        train(params, work, curve)
+        with outputs.staged_dir(paths.PREFERENCE_MAXTEXT) as tmp:
+            work.fetch(f"{work.checkpoints}/{params['preference']['steps']}/model_params", os.path.join(tmp, "params"))
+            outputs.write_json(os.path.join(tmp, paths.PREFERENCE_SETTINGS), settings(params))
+        done = train_metrics.steps(work.metrics_file)
+        curve.add(done, [])
+        run_summary = train_metrics.summary(done, [], params["hardware"]["kind"])
+        last = done[-1] if done else {}
+        run_summary.update(
+            {
+                "algorithm": params["preference"]["algorithm"],
+                "reward_accuracy": last.get("learning/reward_accuracy"),
+                "reward_margin": last.get("learning/reward_margin"),
+                "fit": fit,
+            }
+        )
+        curve.end(run_summary)
+        if not params["runtime"]["keep_scratch"]:
+            work.remove()
+    print(f"preference: wrote {paths.PREFERENCE_MAXTEXT} and {LIVE_DIR}/", flush=True)
+
+
+if __name__ == "__main__":
+    run(main, "preference")
