@@ -151,7 +151,8 @@ def train(params: dict, work: workdir.Workdir, curve: train_metrics.Curve) -> No
 def main() -> None:
     params = load()
     if not params["preference"]["enabled"]:
-        write_off()
+        if "--dry-run" not in sys.argv:
+            write_off()
         print("preference: preference.enabled is false; the SFT model is the result", flush=True)
         return
     families.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])

@@ -199,3 +199,19 @@ def test_tpu_env_passes_further_tpu_variables_through_and_refuses_others(monkeyp
     assert error(changed(tpu, "hardware.tpu_env.TPU_NAME", DELETE)).startswith(
         "params.yaml: hardware.tpu_env.TPU_NAME: missing"
     )
+
+
+def test_a_float_as_dvc_writes_it_is_a_number(tmp_path):
+    """`dvc exp run -S preference.learning_rate=2.0e-6` writes `2e-06` (YAML 1.2's float; a
+    string to PyYAML's YAML 1.1): read as the number it is."""
+    import yaml
+
+    from stages.lib.params import load
+    from tools.recipe import params_text
+
+    params = yaml.safe_load(params_text("tiny"))
+    path = tmp_path / "params.yaml"
+    text = yaml.safe_dump(params, sort_keys=False).replace("learning_rate: 0.001", "learning_rate: 2e-06", 1)
+    path.write_text(text)
+    assert "learning_rate: 2e-06" in text
+    assert load(str(path))["train"]["learning_rate"] == 2e-06

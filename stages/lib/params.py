@@ -14,6 +14,7 @@ and check params.yaml (.vscode/settings.json points VS Code's YAML extension at 
 
 import difflib
 import os
+import re
 import typing
 from typing import Annotated, Any, Literal
 
@@ -583,12 +584,25 @@ def record_keys_read(stage: str) -> None:
             f.write(f"{stage}: {' '.join(sorted(keys_read))}\n")
 
 
+class Loader(yaml.SafeLoader):
+    """PyYAML's safe loader reading numbers as YAML 1.2 (and DVC) do: `2e-06`, with no dot,
+    is a float. PyYAML follows YAML 1.1, where it is a string, yet it is how `dvc exp run -S
+    preference.learning_rate=2.0e-6` writes the value into params.yaml (ruamel.yaml)."""
+
+
+Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
 def load(path: str = PARAMS_FILE) -> dict:
     """The validated params. Raises UserError with one line on anything wrong."""
     try:
         with open(path, "rb") as f:
             text = f.read().decode("utf-8")
-        params = yaml.safe_load(text)
+        params = yaml.load(text, Loader=Loader)
     except FileNotFoundError:
         raise UserError(f"{path}: not found; run from the project root") from None
     except UnicodeDecodeError as e:
