@@ -37,7 +37,7 @@ python -m tools.summary
 echo "(every figure: dvc metrics show; the curves: dvc plots show, then open dvc_plots/index.html)"
 echo
 echo "demo: a real run is handed over with its record: python -m tools.remote push, then"
-echo "  git add dvc.lock params.yaml metrics dvclive eval && git commit && git push  (docs/remote.md, \"Handing a run over\")"
+echo "  git add dvc.lock params.yaml metrics dvclive dvclive-preference eval && git commit && git push  (docs/remote.md, \"Handing a run over\")"
 echo
 [ "$recipe" = small ] && echo "demo: base vs fine-tuned, side by side: eval/generations.md" && echo
 echo "demo: params.yaml now holds the $recipe recipe. Back to the committed one: python -m tools.recipe gemma3-4b-v6e-8"

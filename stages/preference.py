@@ -54,7 +54,7 @@ def write_off() -> None:
     with outputs.staged_dir(LIVE_DIR) as tmp:
         os.makedirs(os.path.join(tmp, "plots"))
         outputs.write_text(os.path.join(tmp, "plots", paths.OFF_NOTE), OFF_TEXT)
-        outputs.write_json(os.path.join(tmp, "metrics.json"), {"enabled": False})
+        outputs.write_json(os.path.join(tmp, "metrics.json"), {"run": {"enabled": False}})
 
 
 def settings(params: dict) -> dict:

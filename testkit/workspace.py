@@ -61,7 +61,7 @@ def commit(root: Path, message: str) -> None:
 
 # Results of running the pipeline in the checkout itself (git-tracked by DVC users, but never
 # part of a fresh copy of the project).
-RUN_RESULTS = ("dvc.lock", "metrics/", "plots/", "eval/", "dvclive/")
+RUN_RESULTS = ("dvc.lock", "metrics/", "plots/", "eval/", "dvclive/", "dvclive-preference/")
 
 
 def project_files() -> list[str]:

@@ -42,8 +42,10 @@ def test_the_grid_queues_runs_and_reports_every_variant(experiments):
 
 
 def test_a_train_param_reruns_train_and_what_follows(experiments):
+    # (preference, off, runs too: its input, the SFT model, changed; it writes its same note.)
     for name in EXPERIMENTS:
-        assert sorted(stages_run(experiments.logs[name])) == ["benchmark", "convert_out", "evaluate", "train"], (
+        ran = sorted(stages_run(experiments.logs[name]))
+        assert ran == ["benchmark", "convert_out", "evaluate", "preference", "train"], (
             name,
             experiments.logs[name][-2000:],
         )

@@ -166,7 +166,8 @@ def test_training_killed_twice_resumes_each_time_and_ends_as_if_never_killed(tin
     run = Repro(root, "convert_out", name="run3")
     output = run.finish()
     assert "resuming at step 20:" in output
-    assert stages_run(output) == ["train", "convert_out"]  # nothing before train ran again
+    # Nothing before train ran again (the preference stages, off, had not run yet: they write their note)
+    assert stages_run(output) == ["train", "preference_data", "preference", "convert_out"]
     assert not list((root / ".scratch").glob("train-*")), "scratch is cleaned after a successful run"
     for stage in ("train", "convert_out"):  # dvc.lock matches the outputs
         assert json.loads(sh(["dvc", "status", "--json", stage], root).stdout) == {}

@@ -40,6 +40,8 @@ def test_metrics_read_at_a_glance(tiny_run):
         "metrics/export_check.json": {"export"},  # its per-prompt lists are not metrics columns
         "metrics/eval.json": {"eval"},
         "metrics/benchmark.json": {"benchmark"},
+        "metrics/preference_data.json": {"preference_data"},  # (off: {"enabled": false} under it)
+        "dvclive-preference/metrics.json": {"run"},  # (off: {"enabled": false}; on: DVCLive's, as train's)
     }, groups
     assert (
         files["metrics/dataset.json"]["data"]["train"]["rows"]

@@ -112,7 +112,9 @@ def producer(tiny_run, gcs, origin, tmp_path_factory) -> Path:
     dvc(["cache", "dir", "--local", str(tiny_run.path / ".dvc" / "cache")], root)
     # What the run left for git: dvc.lock, the outputs DVC does not cache (the metrics), and
     # the .gitignore entries `dvc repro` writes for the cached ones beside them.
-    for result in ("dvc.lock", "metrics", "dvclive/metrics.json", "dvclive/.gitignore", "eval/.gitignore"):
+    results = ("dvc.lock", "metrics", "dvclive/metrics.json", "dvclive/.gitignore", "eval/.gitignore")
+    results += ("dvclive-preference/metrics.json", "dvclive-preference/.gitignore")
+    for result in results:
         (root / result).parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if (tiny_run.path / result).is_dir() else shutil.copy)(tiny_run.path / result, root / result)
     dvc(["checkout", "-q"], root)
