@@ -17,27 +17,24 @@ from stages.lib.params import load
 BASE = paths.BASE_HF
 
 
+def check_local(d: dict, select, what: str, skipper: str) -> None:
+    """Reads every row of a local data section's splits through its stage's own check."""
+    for _, split, limit in chat.splits(d):
+        where, rows, selection = select(d, split)
+        for _ in selection.rows(rows, limit):
+            pass
+        bad = f", {len(selection.skipped)} bad {skipper} will skip" if selection.skipped else ""
+        print(f"{where}: {selection.kept} {what} ok{bad}")
+
+
 def main() -> None:
     params = load()
     print("params.yaml: ok")
-    d = params["dataset"]
-    if d["source"] == "local":
-        for _, split, limit in chat.splits(d):
-            where, rows, selection = dataset.select(d, split)
-            for _ in selection.rows(rows, limit):
-                pass
-            bad = f", {len(selection.skipped)} bad rows the dataset stage will skip" if selection.skipped else ""
-            print(f"{where}: {selection.kept} conversations ok{bad}")
+    if params["dataset"]["source"] == "local":
+        check_local(params["dataset"], dataset.select, "conversations", "rows the dataset stage")
     pd = params["preference"]["data"]
     if params["preference"]["enabled"] and pd["source"] == "local":
-        for _, split, limit in chat.splits(pd):
-            where, rows, selection = preference_data.select(pd, split)
-            for _ in selection.rows(rows, limit):
-                pass
-            bad = (
-                f", {len(selection.skipped)} bad pairs the preference_data stage will skip" if selection.skipped else ""
-            )
-            print(f"{where}: {selection.kept} preference pairs ok{bad}")
+        check_local(pd, preference_data.select, "preference pairs", "pairs the preference_data stage")
     if os.path.exists(os.path.join(BASE, "config.json")):
         families.check_convertible(BASE, params["model"]["maxtext_name"])
         print(f"{BASE}: ok")

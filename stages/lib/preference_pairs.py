@@ -68,11 +68,7 @@ def from_text(row: dict) -> tuple[dict | None, str | None]:
         not isinstance(prompt, str) or not chosen.startswith(prompt) or not rejected.startswith(prompt)
     ):
         return None, "'prompt' is not where both chosen and rejected begin"
-    shared = 0
-    for a, b in zip(chosen, rejected, strict=False):
-        if a != b:
-            break
-        shared += 1
+    shared = common_prefix(chosen, rejected)
     if not chosen[:shared].strip():
         return None, "chosen and rejected share no prompt: they must begin with the same exchange"
     if shared in (len(chosen), len(rejected)):
@@ -107,12 +103,18 @@ def render(pair: dict, tokenizer) -> dict:
     return out
 
 
+def common_prefix(a, b) -> int:
+    """How many leading items (characters, token ids) two sequences share."""
+    shared = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        shared += 1
+    return shared
+
+
 def split_lengths(chosen_ids: list[int], rejected_ids: list[int]) -> tuple[int, int, int]:
     """(prompt, chosen answer, rejected answer) token counts as DPODataFormatting splits them:
     the prompt is the common prefix."""
-    shared = 0
-    for a, b in zip(chosen_ids, rejected_ids, strict=False):
-        if a != b:
-            break
-        shared += 1
+    shared = common_prefix(chosen_ids, rejected_ids)
     return shared, len(chosen_ids) - shared, len(rejected_ids) - shared
