@@ -22,15 +22,29 @@ preference.seed, every epoch), and a killed run's next `dvc repro` resumes from 
 complete checkpoint with the stream continued after the pairs those steps used (no packing:
 steps x pairs per step). On a TPU kind it first checks the fit (stages/fit_check.py's
 compile of the step at twice the pairs, plus the reference model's parameters: see
-`check_fit`). One host for now (params.py refuses more), and no LoRA: train_dpo has no
-LoRA path.
+`check_fit`). With hardware.hosts > 1 it runs as train does: one JAX job on every host,
+started by runtime.launcher (stages/lib/launch.py), each host reading its own share of the
+pairs, the SFT model and the tokenizer staged on the gs:// scratch (stages/lib/train_data.py).
+No LoRA: train_dpo has no LoRA path.
 """
 
 import os
 import sys
 
 from stages import fit_check
-from stages.lib import checkpoint, families, flags, hardware, maxtext, outputs, paths, stream, train_metrics, workdir
+from stages.lib import (
+    checkpoint,
+    families,
+    flags,
+    hardware,
+    launch,
+    outputs,
+    paths,
+    stream,
+    train_data,
+    train_metrics,
+    workdir,
+)
 from stages.lib.cli import run
 from stages.lib.errors import StageFailed
 from stages.lib.params import load
@@ -69,21 +83,35 @@ def pairs_per_step(params: dict) -> int:
     return p["per_device_batch_size"] * hardware.devices_per_host(params) * p["gradient_accumulation_steps"]
 
 
-def stream_from(params: dict, work: workdir.Workdir, step: int) -> str:
-    """The pairs MaxText reads: every epoch, shuffled, from the first pair `step` steps did
-    not use (MaxText's DPO pipeline neither packs nor drops a pair: each step takes exactly
-    pairs_per_step)."""
-    p = params["preference"]
-    full = os.path.join(work.local, "stream.jsonl")
-    if not os.path.exists(full):
-        os.makedirs(work.local, exist_ok=True)
-        stream.write(os.path.join(paths.PREFERENCE_DATA, "train.jsonl"), full, p["seed"], p["num_epochs"])
+def streams_from(params: dict, work: workdir.Workdir, step: int) -> list[str]:
+    """The pairs each host reads (one stream for one host): every epoch, shuffled, from the
+    first pair `step` steps did not use (MaxText's DPO pipeline neither packs nor drops a pair:
+    each step takes exactly pairs_per_step of each host's stream)."""
+    p, hosts = params["preference"], hardware.hosts(params)
+    full = train_data.stream_names(params, work)
+    for i, path in enumerate(full):
+        if not os.path.exists(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            pairs = os.path.join(paths.PREFERENCE_DATA, "train.jsonl")
+            stream.write(pairs, path, p["seed"], p["num_epochs"], hosts=hosts, host=i)
     if step == 0:
         return full
-    resumed = os.path.join(work.local, f"stream-from-step-{step}.jsonl")
-    left = stream.skip(full, step * pairs_per_step(params), resumed)
+    resumed = train_data.resumed_names(work, step, hosts)
+    left = 0
+    for source, out in zip(full, resumed, strict=True):
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        left += stream.skip(source, step * pairs_per_step(params), out)
     print(f"preference: resuming at step {step}: {left} pairs of the stream left", flush=True)
     return resumed
+
+
+def invocation(params: dict, work: workdir.Workdir, streams: list[str], upload: bool = True) -> flags.Invocation:
+    """What MaxText runs: one process reading this machine's files, or what every host of a job
+    runs, its inputs staged on gs:// (train_data.stage)."""
+    if launch.one_process(params):
+        return flags.preference(params, work.url, work.metrics_file, streams[0])
+    train_file, staged = train_data.stage(params, work, streams, train_data.PREFERENCE, upload)
+    return flags.preference(params, work.url, os.path.relpath(work.metrics_file), train_file, staged)
 
 
 def check_fit(params: dict) -> dict | None:
@@ -137,8 +165,7 @@ def train(params: dict, work: workdir.Workdir, curve: train_metrics.Curve) -> No
         return
     curve.add(train_metrics.steps(work.metrics_file), [], up_to=done)
     progress = train_metrics.reporter(work.metrics_file, total, 0, on_poll=work.keeper(keep), curve=curve)
-    job = flags.preference(params, work.url, work.metrics_file, stream_from(params, work, done))
-    maxtext.run("preference", job, params, progress=progress)
+    launch.run("preference", invocation(params, work, streams_from(params, work, done)), params, work.name, progress)
     work.prune(keep)
     work.save(workdir.METRICS_FILE)
     if total not in work.complete_steps():
@@ -158,8 +185,8 @@ def main() -> None:
     families.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
     work = workdir.for_params(params, "preference", flags.PREFERENCE_RUN_NAME)
     if "--dry-run" in sys.argv:
-        stream_file = os.path.join(work.local, "stream.jsonl")
-        maxtext.dry_run("preference", flags.preference(params, work.url, work.metrics_file, stream_file), params)
+        job = invocation(params, work, train_data.stream_names(params, work), upload=False)
+        launch.dry_run("preference", job, params, work.name)
         return
     hardware.check_present(params)
     n_params = checkpoint.parameter_count(paths.BASE_HF)

@@ -62,13 +62,12 @@ from stages.lib.params import load
 PROFILE = os.path.join("logs", "profile")
 
 
-def one_process(params: dict) -> bool:
-    return hardware.hosts(params) == 1 and params["runtime"]["launcher"] == "local"
-
-
-def job(params: dict, work: workdir.Workdir, streams: list[str], upload: bool = True) -> flags.Invocation:
-    """The training every host of a multi-host job runs, its inputs staged on gs:// (train_data.stage)."""
-    train_file, staged = train_data.stage(params, work, streams, upload)
+def invocation(params: dict, work: workdir.Workdir, streams: list[str], upload: bool = True) -> flags.Invocation:
+    """What MaxText runs: one process reading this machine's files, or what every host of a
+    job runs, its inputs staged on gs:// (train_data.stage; `upload` False: only named)."""
+    if launch.one_process(params):
+        return flags.train(params, work.url, work.metrics_file, streams[0])
+    train_file, staged = train_data.stage(params, work, streams, train_data.SFT, upload)
     return flags.train(params, work.url, os.path.relpath(work.metrics_file), train_file, staged)
 
 
@@ -84,10 +83,7 @@ def train(params: dict, work: workdir.Workdir, curve: train_metrics.Curve) -> No
     curve.add(train_metrics.steps(work.metrics_file), train_metrics.evals(work.metrics_file, interval), up_to=done)
     progress = train_metrics.reporter(work.metrics_file, total, interval, on_poll=work.keeper(keep), curve=curve)
     streams = train_data.streams_from(params, work, done)
-    if one_process(params):
-        maxtext.run("train", flags.train(params, work.url, work.metrics_file, streams[0]), params, progress=progress)
-    else:
-        launch.run("train", job(params, work, streams), params, work.name, progress)
+    launch.run("train", invocation(params, work, streams), params, work.name, progress)
     work.prune(keep)
     work.save(workdir.METRICS_FILE)
     if total not in work.complete_steps():
@@ -127,15 +123,9 @@ def main() -> None:
     families.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
     work = workdir.for_params(params)
     if "--dry-run" in sys.argv:
-        if one_process(params):
-            maxtext.dry_run(
-                "train",
-                flags.train(params, work.url, work.metrics_file, train_data.stream_names(params, work)[0]),
-                params,
-            )
-        else:
-            invocation = job(params, work, train_data.stream_names(params, work), upload=False)
-            maxtext.dry_run("train", invocation, params, plan=launch.describe(params, invocation, work.name))
+        launch.dry_run(
+            "train", invocation(params, work, train_data.stream_names(params, work), upload=False), params, work.name
+        )
         return
     hardware.check_present(params)
     hardware.check_training_disk(

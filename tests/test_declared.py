@@ -18,8 +18,9 @@ STAGES = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
 
 # Read to decide whether and how a stage runs, never what it computes: runtime.* (scratch,
 # caches, workers) and hardware.kind in every stage's pre-flight check (is the accelerator
-# on this machine?). Stages declare what else of `hardware` they read: train all of it, the
-# others hardware.tpu_env (not hardware.hosts, how many processes train runs as).
+# on this machine?). Stages declare what else of `hardware` they read: train and preference
+# all of it, the others hardware.tpu_env (not hardware.hosts, how many processes the
+# training stages run as).
 HOW_TO_RUN = ("runtime", "hardware.kind")
 
 

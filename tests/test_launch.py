@@ -1,4 +1,4 @@
-"""The train stage's launchers (stages/lib/launch.py) as commands: every worker of a job runs
+"""The training stages' launchers (stages/lib/launch.py) as commands: every worker of a job runs
 one line, told only its place in the job; the XPK workload is one xpk's own parser accepts;
 no credential is in any of them. The two-process run itself: tests/test_multihost.py."""
 
@@ -117,6 +117,46 @@ def test_the_xpk_workload_is_one_xpks_own_parser_accepts(slice_16):
     assert parsed[0]["max_restarts"] == "0"  # a re-run of the stage resumes (its stream must follow the checkpoint)
     assert parsed[1]["verb"] == "list" and parsed[1]["wait_for_job_completion"] == workload
     assert "required" in parsed[2]["error"]  # the parser does check: a command cut short is refused
+
+
+def test_preference_tuning_runs_on_the_same_launchers_from_the_staged_sft_model(slice_16):
+    p, _ = slice_16
+    p["preference"]["enabled"] = True
+    files = ".scratch/preference-0/worker-inputs/files"
+    staged = flags.Staged(
+        "gs://b/scratch/inputs/sft-maxtext-0/params",
+        files,
+        f"{files}/eval.jsonl",
+        {"gs://b/scratch/inputs/files-1": files},
+    )
+    streams = ".scratch/preference-0/worker-inputs/from-step-0/host-*.jsonl"
+    job = flags.preference(p, "gs://b/scratch/preference-0", ".scratch/preference-0/metrics.jsonl", streams, staged)
+    workers = launch.workers("preference", job, p)
+    assert len({command_line(w) for w in workers}) == 1 and len(workers) == 4
+    argv = shlex.split(command_line(workers[0]))
+    assert "maxtext:configs/post_train/dpo.yml" in argv and "--fetch" in argv
+    # Every input from gs:// or the worker's own copy of it: no path of this machine.
+    assert {
+        "load_parameters_path=gs://b/scratch/inputs/sft-maxtext-0/params",
+        f"hf_train_files={streams}",
+        f"tokenizer_path={files}",
+        f"hf_eval_files={files}/eval.jsonl",
+    } <= set(argv)
+    assert [w.log_path for w in workers] == [f"logs/preference.worker-{i}.log" for i in range(4)]
+    # On XPK, a workload named by the stage's working directory, which xpk's parser accepts.
+    p["runtime"]["launcher"] = "xpk"
+    workload = launch.workload_name("preference-0123456789abcdef")
+    assert workload == "preference-0123456789abcdef"
+    create = launch.xpk_create(p, job, workload)
+    parsed = json.loads(
+        subprocess.run(
+            [str(XPK_PYTHON), str(REPO / "tests" / "xpk_parse.py"), json.dumps([create])],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    assert parsed[0]["workload"] == workload and "preference-0" in launch.describe(p, job, workload, "preference")
 
 
 def test_no_credential_is_in_any_worker_command(slice_16):

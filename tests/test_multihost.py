@@ -1,9 +1,9 @@
-"""Past one VM, proven here: the tiny recipe's training as a job of two JAX processes
-(hardware.hosts 2), started by the train stage through the same worker line a TPU slice's
-workers run (stages/lib/launch.py, `bash -c` in place of gcloud's ssh), every input and
-checkpoint on gs:// (fake-gcs-server). Two processes with one CPU device each must train
-exactly as one process with two devices: measured bit-identical (8 and 12 steps, across a
-resume too), so the comparison is exact."""
+"""Past one VM, proven here: the tiny recipe's training, then its preference tuning, each as a
+job of two JAX processes (hardware.hosts 2), started by the stage through the same worker line a
+TPU slice's workers run (stages/lib/launch.py, `bash -c` in place of gcloud's ssh), every
+input and checkpoint on gs:// (fake-gcs-server). Two processes with one CPU device each must
+train exactly as one process with two devices: measured bit-identical (train: 12 steps,
+preference: 8, each across a killed worker and its resume), so the comparison is exact."""
 
 import json
 import time
@@ -38,12 +38,29 @@ def gcs(tmp_path_factory):
         yield server
 
 
-def workspace(tiny_run, parent, hosts: int):
-    root = clone_workspace(tiny_run, parent)
-    for key, value in {**SETTINGS, "hardware.hosts": hosts}.items():
-        set_param(root, key, value)
-    commit(root, f"train as {hosts} process(es), scratch on gs://")
-    return root
+# Preference tuning of that SFT model (stages/preference.py): 8 steps of one pair a device
+# (one pair a device: a step's pairs are then the same pairs on the same devices either way).
+PREFERENCE = {
+    "preference.enabled": True,
+    "preference.steps": 8,
+    "preference.checkpoint_period": 4,
+    "preference.per_device_batch_size": 1,
+}
+ONE_PROCESS_TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+
+
+@pytest.fixture(scope="module")
+def workspaces(tiny_run, tmp_path_factory):
+    """Clones of tiny_run training as one process with two devices (`one`, the reference) and
+    as two processes (`two`), their scratch on gs://."""
+    out = {}
+    for name, hosts in (("one", 1), ("two", 2)):
+        root = clone_workspace(tiny_run, tmp_path_factory.mktemp(f"{name}-process"))
+        for key, value in {**SETTINGS, "hardware.hosts": hosts}.items():
+            set_param(root, key, value)
+        commit(root, f"train as {hosts} process(es), scratch on gs://")
+        out[name] = root
+    return out
 
 
 def worker_process(index: int) -> psutil.Process | None:
@@ -59,19 +76,43 @@ def worker_process(index: int) -> psutil.Process | None:
     return None
 
 
-def committed(gcs: GcsServer, step: int) -> bool:
-    return any(n.endswith(f"/checkpoints/{step}/commit_success.txt") for n in gcs.objects(BUCKET, "scratch/train-"))
+def committed(gcs: GcsServer, step: int, stage: str = "train") -> bool:
+    """Whether the checkpoint of `step` of the stage's run is complete on gs://."""
+    objects = gcs.objects(BUCKET, f"scratch/{stage}-")
+    return any(n.endswith(f"/checkpoints/{step}/commit_success.txt") for n in objects)
 
 
-def test_two_processes_train_as_one_process_with_two_devices_and_survive_a_killed_worker(
-    tiny_run, gcs, tmp_path_factory
-):
+def kill_worker_1_after(gcs: GcsServer, run: Repro, stage: str, step: int) -> str:
+    """Kills worker 1 of the stage's job once checkpoint `step` is on gs://; returns the output
+    of the run, which must have failed within 30 s, naming the worker."""
+    # (Every 0.2 s, each poll listing the bucket: steps take seconds, the next checkpoint is steps on.)
+    run.wait_for(lambda: committed(gcs, step, stage) and worker_process(1), f"checkpoint {step} of the {stage} job")
+    worker_process(1).kill()
+    killed_at = time.monotonic()
+    assert run.proc.wait(timeout=120) != 0
+    failed_after = time.monotonic() - killed_at
+    wait_for_session_to_end(run.proc.pid)
+    out = run.output()
+    assert "on 2 workers" in out and "worker 1 of 2 was killed by SIGKILL" in out, out[-3000:]
+    assert "the other workers were stopped" in out and f"logs/{stage}.worker-1.log" in out
+    assert failed_after < 30, f"the stage took {failed_after:.0f} s to notice the dead worker"
+    assert worker_process(0) is None  # worker 0 does not wait on for its peer
+    return out
+
+
+def assert_same_weights(ours, reference) -> None:
+    resumed, expected = flat_params(ours), flat_params(reference)
+    assert resumed.keys() == expected.keys()
+    differing = [k for k in resumed if not np.array_equal(resumed[k], expected[k])]
+    assert differing == [], f"{len(differing)} arrays differ from the one-process run, e.g. {differing[:3]}"
+
+
+def test_two_processes_train_as_one_process_with_two_devices_and_survive_a_killed_worker(workspaces, gcs):
     cloud = gcs_env(gcs)
     # The reference: one process, two CPU devices, the same global batch (2 x per-device 1).
-    one = workspace(tiny_run, tmp_path_factory.mktemp("one-process"), hosts=1)
-    sh(["dvc", "repro", "train"], one, **cloud, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    one, two = workspaces["one"], workspaces["two"]
+    sh(["dvc", "repro", "train"], one, **cloud, **ONE_PROCESS_TWO_DEVICES)
 
-    two = workspace(tiny_run, tmp_path_factory.mktemp("two-processes"), hosts=2)
     # --dry-run: each worker's exact command, validated by MaxText; no credential in any.
     dry = sh(["python", "-m", "stages.train", "--dry-run"], two, **cloud, HF_TOKEN=TOKEN)
     shown = dry.stdout + dry.stderr
@@ -82,20 +123,8 @@ def test_two_processes_train_as_one_process_with_two_devices_and_survive_a_kille
     assert not gcs.objects(BUCKET, "scratch/"), "a dry run uploaded something"
 
     # The job of two processes; worker 1 is killed once checkpoint 4 is on gs://.
-    run = Repro(two, "train", name="two-processes", **cloud)
-    # (Every 0.2 s, each poll listing the bucket: steps take seconds, checkpoint 8 is 4 steps on.)
-    run.wait_for(lambda: committed(gcs, 4) and worker_process(1), "checkpoint 4 of the two-process job")
-    worker_process(1).kill()
-    killed_at = time.monotonic()
-    assert run.proc.wait(timeout=120) != 0
-    failed_after = time.monotonic() - killed_at
-    wait_for_session_to_end(run.proc.pid)
-    out = run.output()
+    out = kill_worker_1_after(gcs, Repro(two, "train", name="two-processes", **cloud), "train", 4)
     assert stages_run(out) == ["train"], out[-3000:]  # hardware.hosts re-runs train, not convert_in
-    assert "on 2 workers" in out and "worker 1 of 2 was killed by SIGKILL" in out, out[-3000:]
-    assert "the other workers were stopped" in out and "logs/train.worker-1.log" in out
-    assert failed_after < 30, f"the stage took {failed_after:.0f} s to notice the dead worker"
-    assert worker_process(0) is None  # worker 0 does not wait on for its peer
     # Everything the hosts read came from gs://: the inputs were staged there, keyed by content.
     staged = gcs.objects(BUCKET, "scratch/")
     assert any("/inputs/base-maxtext-" in n and n.endswith("/items/_METADATA") for n in staged)
@@ -105,10 +134,32 @@ def test_two_processes_train_as_one_process_with_two_devices_and_survive_a_kille
     proc = sh(["dvc", "repro", "train"], two, **cloud)
     out = proc.stdout + proc.stderr
     assert "train: resuming at step 4:" in out and "staged the base checkpoint" not in out, out[-3000:]  # uploaded once
-    resumed = flat_params(two / "models" / "sft-maxtext" / "params")
-    reference = flat_params(one / "models" / "sft-maxtext" / "params")
-    assert resumed.keys() == reference.keys()
-    differing = [k for k in resumed if not np.array_equal(resumed[k], reference[k])]
-    assert differing == [], f"{len(differing)} arrays differ from the one-process run, e.g. {differing[:3]}"
+    assert_same_weights(two / "models" / "sft-maxtext" / "params", one / "models" / "sft-maxtext" / "params")
     assert json.loads((two / "dvclive" / "metrics.json").read_text())["run"]["steps"] == 12
     assert json.loads(sh(["dvc", "status", "--json", "train"], two).stdout) == {}
+
+
+def test_two_processes_preference_tune_as_one_process_with_two_devices_and_survive_a_killed_worker(workspaces, gcs):
+    cloud = gcs_env(gcs)
+    one, two = workspaces["one"], workspaces["two"]
+    for root in (one, two):
+        for key, value in PREFERENCE.items():
+            set_param(root, key, value)
+        commit(root, "preference tuning on")
+    sh(["dvc", "repro", "preference"], one, **cloud, **ONE_PROCESS_TWO_DEVICES)
+
+    # Worker 1 of the two-process train_dpo job is killed once checkpoint 4 is on gs://.
+    out = kill_worker_1_after(gcs, Repro(two, "preference", name="two-process-preference", **cloud), "preference", 4)
+    assert stages_run(out)[-1] == "preference", out[-3000:]
+    staged = gcs.objects(BUCKET, "scratch/")
+    assert any("/inputs/sft-maxtext-" in n and n.endswith("/params/_METADATA") for n in staged)  # the SFT model
+
+    # Run again: it resumes from checkpoint 4, each host's pairs after the 4 its steps used.
+    proc = sh(["dvc", "repro", "preference"], two, **cloud)
+    out = proc.stdout + proc.stderr
+    assert "preference: resuming at step 4: 312 pairs of the stream left" in out, out[-3000:]
+    assert "staged the SFT model" not in out  # uploaded once
+    ours, reference = (root / "models" / "preference-maxtext" / "params" for root in (two, one))
+    assert_same_weights(ours, reference)
+    assert json.loads((two / "dvclive-preference" / "metrics.json").read_text())["run"]["steps"] == 8
+    assert json.loads(sh(["dvc", "status", "--json", "preference"], two).stdout) == {}

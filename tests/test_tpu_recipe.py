@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from testkit.workspace import REPO, sh, with_real_4b_config
+from testkit.workspace import REPO, set_param, sh, with_real_4b_config
 
 
 def test_dvc_repro_on_a_cpu_machine_stops_before_fetching_anything(workspace):
@@ -144,11 +144,14 @@ def test_slice_recipes_pass_maxtexts_validation_with_one_process_conversions(wor
     to_maxtext). Every stage that starts MaxText, validated by MaxText (fit_check compiles:
     the 4B's is run for real above)."""
     root = with_config_for(workspace(f"dry-run-{model}", recipe=recipe), model)
+    set_param(root, "preference.enabled", True)  # preference tuning's job too (its data: the Hub's, not read here)
     printed = {}
-    for stage in ("convert_in", "train", "convert_out", "evaluate"):
+    for stage in ("convert_in", "train", "preference", "convert_out", "evaluate"):
         printed[stage] = sh([sys.executable, "-m", f"stages.{stage}", "--dry-run"], root, timeout=300).stdout
         assert f"{stage}: MaxText accepted the configuration for " in printed[stage], (stage, printed[stage])
         assert f"model_name={model}" in printed[stage]
         one_process = "hardware=cpu" in printed[stage] and "skip_jax_distributed_system=true" in printed[stage]
-        assert one_process == (stage != "train"), (stage, printed[stage])
-    assert printed["train"].count("worker ") >= hosts, printed["train"]
+        assert one_process == (stage not in ("train", "preference")), (stage, printed[stage])
+    for stage in ("train", "preference"):
+        assert printed[stage].count("worker ") >= hosts, printed[stage]
+    assert "maxtext:configs/post_train/dpo.yml" in printed["preference"]

@@ -53,7 +53,7 @@ class Invocation:
 class Staged:
     """A multi-host job's inputs, where every host reads them (stages/lib/train_data.py)."""
 
-    base_params: str  # gs://.../items: the converted base checkpoint, read by Orbax
+    parameters: str  # gs://...: the parameters the run starts from (base or SFT), read by Orbax
     tokenizer: str  # each worker's copy of the tokenizer files ...
     eval_file: str  # ... and of the eval split (transformers and datasets read local files)
     fetch: dict[str, str]  # {gs:// directory: the worker-local copy}, made before MaxText starts
@@ -220,7 +220,7 @@ def conversion_check(params: dict, converted_dir: str, report: str, others: dict
 def _training(params: dict, staged: Staged | None = None) -> list[str]:
     t = params["train"]
     return [
-        f"load_parameters_path={staged.base_params if staged else _abs(paths.BASE_MAXTEXT_PARAMS)}",
+        f"load_parameters_path={staged.parameters if staged else _abs(paths.BASE_MAXTEXT_PARAMS)}",
         f"run_name={SFT_RUN_NAME}",
         f"steps={t['steps']}",
         f"per_device_batch_size={t['per_device_batch_size']}",
@@ -256,18 +256,22 @@ def train(
     return Invocation(TRAIN_SFT, args, fetch=staged.fetch if staged else {})
 
 
-def preference_data(p: dict, train_file: str | None = None) -> list[str]:
+def preference_data(p: dict, train_file: str | None = None, staged: Staged | None = None) -> list[str]:
     """How preference pairs become batches (the preference stage and evaluate's pair scores):
     MaxText's DPO pipeline on the two texts of data/preference (stages/preference_data.py).
     `p`: the preference settings (params' `preference`, or what the preference stage recorded
-    beside the model it made: evaluate declares no preference params)."""
+    beside the model it made: evaluate declares no preference params). `staged`: a multi-host
+    job's inputs (train_file then names every host's stream)."""
+    tokenizer = staged.tokenizer if staged else _abs(paths.BASE_HF)
+    eval_file = staged.eval_file if staged else _abs(os.path.join(paths.PREFERENCE_DATA, "eval.jsonl"))
+    train_file = train_file if staged else _abs(train_file or os.path.join(paths.PREFERENCE_DATA, "train.jsonl"))
     return [
-        f"tokenizer_path={_abs(paths.BASE_HF)}",
+        f"tokenizer_path={tokenizer}",
         "hf_path=json",
-        f"hf_train_files={_abs(train_file or os.path.join(paths.PREFERENCE_DATA, 'train.jsonl'))}",
+        f"hf_train_files={train_file}",
         "train_split=train",
         "train_data_columns=['chosen','rejected']",
-        f"hf_eval_files={_abs(os.path.join(paths.PREFERENCE_DATA, 'eval.jsonl'))}",
+        f"hf_eval_files={eval_file}",
         "hf_eval_split=train",
         "eval_data_columns=['chosen','rejected']",
         f"max_target_length={p['max_target_length']}",
@@ -289,17 +293,20 @@ def preference_objective(params: dict) -> list[str]:
     ]
 
 
-def preference(params: dict, output_dir: str, metrics_file: str, train_file: str) -> Invocation:
-    """The preference run: MaxText's train_dpo from the SFT parameters, on one host. Its stream
-    is written already shuffled, holding every epoch (as train's), so MaxText's shuffle is off
-    and a resumed run continues it."""
+def preference(
+    params: dict, output_dir: str, metrics_file: str, train_file: str, staged: Staged | None = None
+) -> Invocation:
+    """The preference run: MaxText's train_dpo from the SFT parameters; with `staged`, one
+    every host of a multi-host job can run (as train's). Its stream is written already
+    shuffled, holding every epoch (as train's), so MaxText's shuffle is off and a resumed run
+    continues it."""
     p = params["preference"]
     args = [
-        config_file(TRAIN_DPO),
-        *common(params),
-        *preference_data(p, train_file),
+        config_file(TRAIN_DPO, portable=staged is not None),
+        *common(params, hardware.hosts(params)),
+        *preference_data(p, train_file, staged),
         *preference_objective(params),
-        f"load_parameters_path={_abs(paths.SFT_PARAMS)}",
+        f"load_parameters_path={staged.parameters if staged else _abs(paths.SFT_PARAMS)}",
         f"run_name={PREFERENCE_RUN_NAME}",
         f"steps={p['steps']}",
         f"gradient_accumulation_steps={p['gradient_accumulation_steps']}",
@@ -313,7 +320,7 @@ def preference(params: dict, output_dir: str, metrics_file: str, train_file: str
         f"metrics_file={metrics_file}",
         *checkpoint_storage(params),
     ]
-    return Invocation(TRAIN_DPO, args)
+    return Invocation(TRAIN_DPO, args, fetch=staged.fetch if staged else {})
 
 
 def profiler(params: dict) -> list[str]:

@@ -1,4 +1,5 @@
-"""Where the train stage's MaxText job runs, chosen by the recipe (runtime.launcher).
+"""Where a training stage's MaxText job runs (train's, preference's), chosen by the recipe
+(runtime.launcher).
 
     local   this machine: one process, or hardware.hosts processes forming one
             multi-controller JAX job on 127.0.0.1 (how the tests prove a multi-host run on CPU)
@@ -28,7 +29,13 @@ from stages.lib import hardware, maxtext
 from stages.lib.errors import StageFailed
 from stages.lib.flags import Invocation
 
-WORKLOAD_PREFIX = "sft-"
+WORKLOAD_PREFIX = "sft-"  # in place of train's "train-" (the preference stage's name stays)
+
+
+def one_process(params: dict) -> bool:
+    """Whether a training stage runs as one MaxText process on this machine (maxtext.run), not
+    as a job of one process per host (run)."""
+    return hardware.hosts(params) == 1 and params["runtime"]["launcher"] == "local"
 
 
 def process_env(params: dict, index: int) -> dict[str, str]:
@@ -113,8 +120,11 @@ def stop_slice(params: dict) -> list[str]:
 
 
 def workload_name(work_name: str) -> str:
-    """XPK's workload name for a working directory (lower case, at most 40 characters)."""
-    return (WORKLOAD_PREFIX + work_name.removeprefix("train-"))[:40]
+    """XPK's workload name for a working directory (lower case, at most 40 characters):
+    sft-<digest> for train's, preference-<digest> for the preference stage's."""
+    if work_name.startswith("train-"):
+        work_name = WORKLOAD_PREFIX + work_name.removeprefix("train-")
+    return work_name[:40]
 
 
 def xpk_create(params: dict, invocation: Invocation, workload: str) -> list[str]:
@@ -153,9 +163,12 @@ def xpk_wait(params: dict, workload: str) -> list[str]:
 
 
 def run(stage: str, invocation: Invocation, params: dict, work_name: str, progress=None) -> None:
-    """Runs the job on the recipe's launcher and waits for it (hardware.hosts > 1 or a TPU
-    slice; one process on this machine goes through maxtext.run). A failed or killed worker
-    stops the job and the error names it (maxtext.run_workers)."""
+    """Runs the training on the recipe's launcher and waits for it: one process on this machine
+    (maxtext.run), or a job of one per host. A failed or killed worker stops the job and the
+    error names it (maxtext.run_workers)."""
+    if one_process(params):
+        maxtext.run(stage, invocation, params, progress=progress)
+        return
     launcher = params["runtime"]["launcher"]
     if launcher == "xpk":
         workload = workload_name(work_name)
@@ -182,11 +195,19 @@ def run(stage: str, invocation: Invocation, params: dict, work_name: str, progre
         raise
 
 
-def describe(params: dict, invocation: Invocation, work_name: str) -> str:
-    """What --dry-run prints: the exact command of every worker, or XPK's."""
+def dry_run(stage: str, invocation: Invocation, params: dict, work_name: str) -> None:
+    """--dry-run of a training stage: the exact command of its process, or of every worker of
+    its job (XPK's), printed, and MaxText's validation of it."""
+    maxtext.dry_run(
+        stage, invocation, params, plan=None if one_process(params) else describe(params, invocation, work_name, stage)
+    )
+
+
+def describe(params: dict, invocation: Invocation, work_name: str, stage: str = "train") -> str:
+    """What --dry-run prints for a job: the exact command of every worker, or XPK's."""
     if params["runtime"]["launcher"] == "xpk":
         return "would create the XPK workload:\n  " + shlex.join(
             xpk_create(params, invocation, workload_name(work_name))
         )
-    lines = [f"  {w.name}: {shlex.join(w.command)}" for w in workers("train", invocation, params)]
+    lines = [f"  {w.name}: {shlex.join(w.command)}" for w in workers(stage, invocation, params)]
     return "would run on every worker:\n" + "\n".join(lines)

@@ -542,11 +542,6 @@ def _check_preference(p: dict, where: str) -> None:
             f"{where}: preference.enabled: MaxText's preference trainer (train_dpo) has no LoRA path; "
             "set train.lora.enabled: false or preference.enabled: false"
         )
-    if p["hardware"]["hosts"] > 1:
-        raise UserError(
-            f"{where}: preference.enabled: preference tuning runs on one host (a v6e-8, or this CPU) for now; "
-            "set hardware.hosts: 1 or preference.enabled: false (docs/preference.md)"
-        )
     if pref["max_prompt_length"] >= pref["max_target_length"]:
         raise UserError(
             f"{where}: preference.max_prompt_length: {pref['max_prompt_length']} leaves no room for the answers "

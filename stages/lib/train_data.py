@@ -1,16 +1,18 @@
-"""What the train stage hands MaxText to read: the data stream (stages/lib/stream.py), continued
-after a resume, and, for a job of several hosts, every input staged on gs:// where each host
-reads it.
+"""What a training stage (train, preference) hands MaxText to read: its data stream
+(stages/lib/stream.py), continued after a resume, and, for a job of several hosts, every input
+staged on gs:// where each host reads it.
 
 One host: MaxText reads the stream, the tokenizer and the eval split from this machine's disk.
 
 Several hosts (hardware.hosts > 1): nothing a host reads may come from one machine's disk.
 Staged where stages/lib/workdir.py's scratch layout puts them:
-  shared input base-maxtext-<key>/items  the converted base checkpoint, read by Orbax
-  shared input files-<key>/              the tokenizer files and eval.jsonl
+  shared input <checkpoint>-<key>/       the parameters the run starts from (JobInputs: the
+                                         converted base for train, the SFT model for
+                                         preference), read by Orbax
+  shared input files-<key>/              the tokenizer files and the data's eval.jsonl
   the run's from-step-<N>/host-<i>.jsonl each host's stream from step N on
 The two shared ones are keyed by their content (what made them), so they are uploaded once
-for every run on the same base and data; each upload is complete only with its .complete
+for every run on the same inputs; each upload is complete only with its .complete
 marker, so one cut short is uploaded again. Each worker copies the small ones (tokenizer,
 eval split, the streams) to the run's worker_copies before MaxText starts (stages.in_maxtext.main --fetch:
 transformers and MaxText's JSON reader take local files); Orbax reads the checkpoint from
@@ -20,6 +22,7 @@ gs:// itself.
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 
 import fsspec
 import numpy as np
@@ -27,6 +30,21 @@ import numpy as np
 from stages.lib import flags, hardware, maxtext, paths, stream, workdir
 
 TOKENIZER_SKIP = (".safetensors", ".safetensors.index.json", ".bin", ".pth")  # weights: not the tokenizer's
+
+
+@dataclass(frozen=True)
+class JobInputs:
+    """What every host of a stage's job reads besides its own stream."""
+
+    stage: str  # the stage (its declared deps identify the inputs: workdir.input_hashes)
+    checkpoint: str  # the dependency holding the parameters the run starts from ...
+    parameters: str  # ... and those parameters (Orbax) in it
+    data: str  # the dependency whose eval.jsonl goes with the tokenizer
+    what: str  # the parameters, in words
+
+
+SFT = JobInputs("train", paths.BASE_MAXTEXT, paths.BASE_MAXTEXT_PARAMS, paths.DATA, "the base checkpoint")
+PREFERENCE = JobInputs("preference", paths.SFT_MAXTEXT, paths.SFT_PARAMS, paths.PREFERENCE_DATA, "the SFT model")
 
 
 def count_truncated(params: dict) -> int:
@@ -51,6 +69,13 @@ def stream_names(params: dict, work: workdir.Workdir) -> list[str]:
         ["stream.jsonl"] if hosts == 1 else [os.path.join("from-step-0", f"host-{i:03d}.jsonl") for i in range(hosts)]
     )
     return [os.path.join(work.local, n) for n in names]
+
+
+def resumed_names(work: workdir.Workdir, step: int, hosts: int) -> list[str]:
+    """Where each host's stream from step `step` on is written."""
+    if hosts == 1:
+        return [os.path.join(work.local, f"stream-from-step-{step}.jsonl")]
+    return [os.path.join(work.local, f"from-step-{step}", f"host-{i:03d}.jsonl") for i in range(hosts)]
 
 
 def full_streams(params: dict, work: workdir.Workdir) -> list[str]:
@@ -82,10 +107,7 @@ def streams_from(params: dict, work: workdir.Workdir, step: int) -> list[str]:
     with open(os.path.join(work.local, report)) as f:
         consumed = json.load(f)["rows"]
     consumed = consumed if isinstance(consumed, list) else [consumed]
-    if len(full) == 1:
-        resumed = [os.path.join(work.local, f"stream-from-step-{step}.jsonl")]
-    else:
-        resumed = [os.path.join(work.local, f"from-step-{step}", f"host-{i:03d}.jsonl") for i in range(len(full))]
+    resumed = resumed_names(work, step, len(full))
     for source, rows, out in zip(full, consumed, resumed, strict=True):
         os.makedirs(os.path.dirname(out), exist_ok=True)
         stream.skip(source, rows, out)
@@ -117,17 +139,23 @@ def upload_once(local_dir: str, url: str, files: list[str] | None = None) -> boo
     return True
 
 
-def stage(params: dict, work: workdir.Workdir, streams: list[str], upload: bool = True) -> tuple[str, flags.Staged]:
+def stage(
+    params: dict, work: workdir.Workdir, streams: list[str], inputs: JobInputs = SFT, upload: bool = True
+) -> tuple[str, flags.Staged]:
     """Uploads what every host reads (the module docstring; `upload` False: only names it, for
     --dry-run); returns hf_train_files as each worker sees it and the job's staged inputs."""
-    made = work.inputs or workdir.input_hashes(params)
-    base_url = workdir.shared_input(params, f"base-maxtext-{key(made.get(paths.BASE_MAXTEXT))}") + "/items"
-    files_url = workdir.shared_input(params, f"files-{key([made.get(paths.BASE_HF), made.get(paths.DATA)])}")
+    made = work.inputs or workdir.input_hashes(params, inputs.stage)
+    checkpoint_url = (
+        workdir.shared_input(params, f"{os.path.basename(inputs.checkpoint)}-{key(made.get(inputs.checkpoint))}")
+        + "/"
+        + os.path.basename(inputs.parameters)
+    )
+    files_url = workdir.shared_input(params, f"files-{key([made.get(paths.BASE_HF), made.get(inputs.data)])}")
     from_step = os.path.dirname(streams[0])  # <work.local>/from-step-N
     streams_url = work.staged(os.path.basename(from_step))
     if upload:
-        if upload_once(paths.BASE_MAXTEXT_PARAMS, base_url):
-            print(f"train: staged the base checkpoint at {base_url}", flush=True)
+        if upload_once(inputs.parameters, checkpoint_url):
+            print(f"{inputs.stage}: staged {inputs.what} at {checkpoint_url}", flush=True)
         tokenizer = sorted(
             n
             for n in os.listdir(paths.BASE_HF)
@@ -135,7 +163,7 @@ def stage(params: dict, work: workdir.Workdir, streams: list[str], upload: bool 
         )
         staging = os.path.join(work.local, "files")  # hard links: one directory to upload from
         os.makedirs(staging, exist_ok=True)
-        for source in [os.path.join(paths.BASE_HF, n) for n in tokenizer] + [os.path.join(paths.DATA, "eval.jsonl")]:
+        for source in [os.path.join(paths.BASE_HF, n) for n in tokenizer] + [os.path.join(inputs.data, "eval.jsonl")]:
             if not os.path.exists(os.path.join(staging, os.path.basename(source))):
                 os.link(source, os.path.join(staging, os.path.basename(source)))
         upload_once(staging, files_url, [*tokenizer, "eval.jsonl"])
@@ -146,7 +174,7 @@ def stage(params: dict, work: workdir.Workdir, streams: list[str], upload: bool 
     copies = work.worker_copies
     files_local, streams_local = os.path.join(copies, "files"), os.path.join(copies, os.path.basename(from_step))
     staged = flags.Staged(
-        base_params=base_url,
+        parameters=checkpoint_url,
         tokenizer=files_local,
         eval_file=os.path.join(files_local, "eval.jsonl"),
         fetch={files_url: files_local, streams_url: streams_local},
