@@ -96,7 +96,7 @@ def streams_from(params: dict, work: workdir.Workdir, step: int) -> list[str]:
             stream.write(pairs, path, p["seed"], p["num_epochs"], hosts=hosts, host=i)
     if step == 0:
         return full
-    resumed = train_data.resumed_names(work, step, hosts)
+    resumed = train_data.resumed_names(params, work, step)
     left = 0
     for source, out in zip(full, resumed, strict=True):
         os.makedirs(os.path.dirname(out), exist_ok=True)

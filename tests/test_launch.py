@@ -3,6 +3,7 @@ one line, told only its place in the job; the XPK workload is one xpk's own pars
 no credential is in any of them. The two-process run itself: tests/test_multihost.py."""
 
 import dataclasses
+import fnmatch
 import json
 import os
 import shlex
@@ -157,6 +158,28 @@ def test_preference_tuning_runs_on_the_same_launchers_from_the_staged_sft_model(
         ).stdout
     )
     assert parsed[0]["workload"] == workload and "preference-0" in launch.describe(p, job, workload, "preference")
+
+
+@pytest.mark.parametrize(("launcher", "hosts"), [("xpk", 1), ("slice", 4)])
+def test_each_worker_reads_the_streams_the_stage_writes_and_uploads(project_4b, launcher, hosts):
+    """A job's workers read `<their copy>/host-*.jsonl`: the stage writes one stream a host in
+    the layout it uploads, a single-host v6e-8 on XPK too, and after a resume likewise."""
+    from stages.lib import train_data, workdir
+
+    p = project_4b
+    if hosts > 1:
+        p["hardware"].update(kind="v6e-16", hosts=hosts, tpu_env=None)
+    p["runtime"].update(scratch_dir="gs://b/scratch", launcher=launcher)
+    work = workdir.Workdir("gs://b/scratch", "train-0", inputs={"made": "by"})
+    for step in (0, 20):
+        names = train_data.resumed_names(p, work, step)
+        assert len(names) == hosts and len({os.path.dirname(n) for n in names}) == 1
+        train_file, staged = train_data.stage(p, work, names, train_data.SFT, upload=False)
+        streams_url, copy = next((url, local) for url, local in staged.fetch.items() if url.startswith(work.url))
+        # What is uploaded (each name, into streams_url) lands in the worker's copy, where the glob finds it.
+        assert os.path.dirname(train_file) == copy and streams_url.endswith(f"/from-step-{step}")
+        assert all(fnmatch.fnmatch(os.path.basename(n), os.path.basename(train_file)) for n in names)
+    assert train_data.stream_names(p, work) == train_data.resumed_names(p, work, 0)
 
 
 def test_no_credential_is_in_any_worker_command(slice_16):

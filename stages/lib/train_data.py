@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import fsspec
 import numpy as np
 
-from stages.lib import flags, hardware, maxtext, paths, stream, workdir
+from stages.lib import flags, hardware, launch, maxtext, paths, stream, workdir
 
 TOKENIZER_SKIP = (".safetensors", ".safetensors.index.json", ".bin", ".pth")  # weights: not the tokenizer's
 
@@ -63,18 +63,16 @@ def count_truncated(params: dict) -> int:
 
 
 def stream_names(params: dict, work: workdir.Workdir) -> list[str]:
-    """Where each host's stream from step 0 is written (one file for one host)."""
-    hosts = hardware.hosts(params)
-    names = (
-        ["stream.jsonl"] if hosts == 1 else [os.path.join("from-step-0", f"host-{i:03d}.jsonl") for i in range(hosts)]
-    )
-    return [os.path.join(work.local, n) for n in names]
+    """Where each host's stream from step 0 is written: one file for one process on this
+    machine, else one a host, in the layout `stage` uploads (a single-host v6e-8 on XPK too)."""
+    return resumed_names(params, work, 0)
 
 
-def resumed_names(work: workdir.Workdir, step: int, hosts: int) -> list[str]:
+def resumed_names(params: dict, work: workdir.Workdir, step: int) -> list[str]:
     """Where each host's stream from step `step` on is written."""
-    if hosts == 1:
-        return [os.path.join(work.local, f"stream-from-step-{step}.jsonl")]
+    if launch.one_process(params):
+        return [os.path.join(work.local, "stream.jsonl" if step == 0 else f"stream-from-step-{step}.jsonl")]
+    hosts = hardware.hosts(params)
     return [os.path.join(work.local, f"from-step-{step}", f"host-{i:03d}.jsonl") for i in range(hosts)]
 
 
@@ -107,7 +105,7 @@ def streams_from(params: dict, work: workdir.Workdir, step: int) -> list[str]:
     with open(os.path.join(work.local, report)) as f:
         consumed = json.load(f)["rows"]
     consumed = consumed if isinstance(consumed, list) else [consumed]
-    resumed = resumed_names(work, step, len(full))
+    resumed = resumed_names(params, work, step)
     for source, rows, out in zip(full, consumed, resumed, strict=True):
         os.makedirs(os.path.dirname(out), exist_ok=True)
         stream.skip(source, rows, out)
