@@ -3,7 +3,8 @@ job of two JAX processes (hardware.hosts 2), started by the stage through the sa
 TPU slice's workers run (stages/lib/launch.py, `bash -c` in place of gcloud's ssh), every
 input and checkpoint on gs:// (fake-gcs-server). Two processes with one CPU device each must
 train exactly as one process with two devices: measured bit-identical (train: 12 steps,
-preference: 8, each across a killed worker and its resume), so the comparison is exact."""
+preference tuning with ORPO: 8, each across a killed worker and its resume), so the
+comparison is exact."""
 
 import json
 import time
@@ -39,9 +40,11 @@ def gcs(tmp_path_factory):
 
 
 # Preference tuning of that SFT model (stages/preference.py): 8 steps of one pair a device
-# (one pair a device: a step's pairs are then the same pairs on the same devices either way).
+# (one pair a device: a step's pairs are then the same pairs on the same devices either way),
+# with ORPO, train_dpo's other algorithm (DPO runs in tests/test_preference.py).
 PREFERENCE = {
     "preference.enabled": True,
+    "preference.algorithm": "orpo",
     "preference.steps": 8,
     "preference.checkpoint_period": 4,
     "preference.per_device_batch_size": 1,
@@ -161,5 +164,6 @@ def test_two_processes_preference_tune_as_one_process_with_two_devices_and_survi
     assert "staged the SFT model" not in out  # uploaded once
     ours, reference = (root / "models" / "preference-maxtext" / "params" for root in (two, one))
     assert_same_weights(ours, reference)
-    assert json.loads((two / "dvclive-preference" / "metrics.json").read_text())["run"]["steps"] == 8
+    run_summary = json.loads((two / "dvclive-preference" / "metrics.json").read_text())["run"]
+    assert run_summary["steps"] == 8 and run_summary["algorithm"] == "orpo"
     assert json.loads(sh(["dvc", "status", "--json", "preference"], two).stdout) == {}
