@@ -105,15 +105,6 @@ def streams_from(params: dict, work: workdir.Workdir, step: int) -> list[str]:
     return resumed
 
 
-def invocation(params: dict, work: workdir.Workdir, streams: list[str], upload: bool = True) -> flags.Invocation:
-    """What MaxText runs: one process reading this machine's files, or what every host of a job
-    runs, its inputs staged on gs:// (train_data.stage)."""
-    if launch.one_process(params):
-        return flags.preference(params, work.url, work.metrics_file, streams[0])
-    train_file, staged = train_data.stage(params, work, streams, train_data.PREFERENCE, upload)
-    return flags.preference(params, work.url, os.path.relpath(work.metrics_file), train_file, staged)
-
-
 def check_fit(params: dict) -> dict | None:
     """On a TPU kind: does a preference step fit the chips? MaxText compiles no DPO step ahead
     of time (train_compile refuses use_dpo), so fit_check's compile of the train step is made
@@ -165,7 +156,8 @@ def train(params: dict, work: workdir.Workdir, curve: train_metrics.Curve) -> No
         return
     curve.add(train_metrics.steps(work.metrics_file), [], up_to=done)
     progress = train_metrics.reporter(work.metrics_file, total, 0, on_poll=work.keeper(keep), curve=curve)
-    launch.run("preference", invocation(params, work, streams_from(params, work, done)), params, work.name, progress)
+    job = train_data.invocation(flags.preference, params, work, streams_from(params, work, done), train_data.PREFERENCE)
+    launch.run("preference", job, params, work.name, progress)
     work.prune(keep)
     work.save(workdir.METRICS_FILE)
     if total not in work.complete_steps():
@@ -185,7 +177,8 @@ def main() -> None:
     families.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
     work = workdir.for_params(params, "preference", flags.PREFERENCE_RUN_NAME)
     if "--dry-run" in sys.argv:
-        job = invocation(params, work, train_data.stream_names(params, work), upload=False)
+        streams = train_data.stream_names(params, work)
+        job = train_data.invocation(flags.preference, params, work, streams, train_data.PREFERENCE, upload=False)
         launch.dry_run("preference", job, params, work.name)
         return
     hardware.check_present(params)

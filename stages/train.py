@@ -62,15 +62,6 @@ from stages.lib.params import load
 PROFILE = os.path.join("logs", "profile")
 
 
-def invocation(params: dict, work: workdir.Workdir, streams: list[str], upload: bool = True) -> flags.Invocation:
-    """What MaxText runs: one process reading this machine's files, or what every host of a
-    job runs, its inputs staged on gs:// (train_data.stage; `upload` False: only named)."""
-    if launch.one_process(params):
-        return flags.train(params, work.url, work.metrics_file, streams[0])
-    train_file, staged = train_data.stage(params, work, streams, train_data.SFT, upload)
-    return flags.train(params, work.url, os.path.relpath(work.metrics_file), train_file, staged)
-
-
 def train(params: dict, work: workdir.Workdir, curve: train_metrics.Curve) -> None:
     """Runs MaxText until the final checkpoint exists (at once, if a killed run left it),
     logging its metrics to `curve` as it goes (a resumed run's begin with the killed one's)."""
@@ -83,7 +74,8 @@ def train(params: dict, work: workdir.Workdir, curve: train_metrics.Curve) -> No
     curve.add(train_metrics.steps(work.metrics_file), train_metrics.evals(work.metrics_file, interval), up_to=done)
     progress = train_metrics.reporter(work.metrics_file, total, interval, on_poll=work.keeper(keep), curve=curve)
     streams = train_data.streams_from(params, work, done)
-    launch.run("train", invocation(params, work, streams), params, work.name, progress)
+    job = train_data.invocation(flags.train, params, work, streams, train_data.SFT)
+    launch.run("train", job, params, work.name, progress)
     work.prune(keep)
     work.save(workdir.METRICS_FILE)
     if total not in work.complete_steps():
@@ -123,9 +115,9 @@ def main() -> None:
     families.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
     work = workdir.for_params(params)
     if "--dry-run" in sys.argv:
-        launch.dry_run(
-            "train", invocation(params, work, train_data.stream_names(params, work), upload=False), params, work.name
-        )
+        streams = train_data.stream_names(params, work)
+        job = train_data.invocation(flags.train, params, work, streams, train_data.SFT, upload=False)
+        launch.dry_run("train", job, params, work.name)
         return
     hardware.check_present(params)
     hardware.check_training_disk(

@@ -138,7 +138,7 @@ def upload_once(local_dir: str, url: str, files: list[str] | None = None) -> boo
 
 
 def stage(
-    params: dict, work: workdir.Workdir, streams: list[str], inputs: JobInputs = SFT, upload: bool = True
+    params: dict, work: workdir.Workdir, streams: list[str], inputs: JobInputs, upload: bool = True
 ) -> tuple[str, flags.Staged]:
     """Uploads what every host reads (the module docstring; `upload` False: only names it, for
     --dry-run); returns hf_train_files as each worker sees it and the job's staged inputs."""
@@ -178,3 +178,16 @@ def stage(
         fetch={files_url: files_local, streams_url: streams_local},
     )
     return os.path.join(streams_local, "host-*.jsonl"), staged
+
+
+def invocation(
+    build, params: dict, work: workdir.Workdir, streams: list[str], inputs: JobInputs, upload: bool = True
+) -> flags.Invocation:
+    """What MaxText runs for a training stage (`build`: flags.train or flags.preference): one
+    process reading this machine's files, or what every host of a job runs, its inputs staged
+    on gs:// (`stage`; `upload` False: only named, for --dry-run), its metrics file relative to
+    the project directory each worker runs in."""
+    if launch.one_process(params):
+        return build(params, work.url, work.metrics_file, streams[0])
+    train_file, staged = stage(params, work, streams, inputs, upload)
+    return build(params, work.url, os.path.relpath(work.metrics_file), train_file, staged)
