@@ -1,12 +1,13 @@
-"""What evaluate's greedy generations cost, one prompt at a time against all prompts in one batch.
+"""What the greedy generations cost, one prompt at a time against all prompts in one batch.
 
     python -m tools.recipe small && dvc repro base_model   # once: models/base-hf (the real 270M)
     python -m bench.generation                             # ~3 minutes on 2 cores
     python -m bench.generation --reps 3 --max-new-tokens 64
 
-The evaluate stage's generation step (stages/in_maxtext/loss_and_answers.py) on the base
-checkpoint, with the recipe's prompts, in transformers, float32, greedy: (A) each prompt alone,
-as evaluate ran them before; (B) all prompts in one left-padded batch, as it runs them now.
+The greedy answers of the benchmark stage's transformers backend (stages/lib/answers.py; the
+evaluate stage made them until 2026-12-03) on the base checkpoint, with the recipe's prompts,
+in transformers, float32, greedy: (A) each prompt alone, as evaluate once ran them; (B) all
+prompts in one left-padded batch, as they run now.
 Alternating A B B A, so drift on a noisy machine falls on both. Prints the seconds of each,
 their ratio, whether the answers are the same, and the seconds per decode step of each way:
 what the projection to 4B in docs/benchmarks.md ("What convert_out and evaluate cost at 4B")
@@ -38,16 +39,16 @@ def one_at_a_time(model, tokenizer, prompts: list[str], max_new_tokens: int) -> 
 
 def main() -> None:
 
-    from stages.in_maxtext.loss_and_answers import greedy_answers, left_padding_tokenizer
     from stages.lib import families
+    from stages.lib.answers import greedy_answers, left_padding_tokenizer
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int)
     args = parser.parse_args()
     params = load()
-    prompts = list(params["evaluate"]["prompts"])
-    max_new_tokens = args.max_new_tokens or params["evaluate"]["max_new_tokens"]
+    prompts = list(params["benchmark"]["prompts"])
+    max_new_tokens = args.max_new_tokens or params["benchmark"]["max_new_tokens"]
     name = params["model"]["maxtext_name"]
     model = families.language_model(paths.BASE_HF, name)
     tokenizer = left_padding_tokenizer(paths.BASE_HF)

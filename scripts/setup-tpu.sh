@@ -2,8 +2,9 @@
 # On a Cloud TPU VM: creates .venv with MaxText's supported TPU set, maxtext[tpu-post-train]
 # (jax + libtpu, Tunix, a CPU torch from the PyTorch index), plus this project's own
 # dependencies (DVC with GCS support), exactly as requirements/tpu.lock pins them: the CPU set's
-# versions of everything the two share (requirements/shared-pins.txt). Idempotent: it re-installs
-# only when the lock changed.
+# versions of everything the two share (requirements/shared-pins.txt). Then .venv-vllm, the
+# benchmark stage's vLLM backend, as requirements/vllm-tpu.lock pins it. Idempotent: it
+# re-installs only when a lock changed.
 #
 #   scripts/setup-tpu.sh
 set -euo pipefail
@@ -47,5 +48,20 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m uv pip install -q --python .venv/bin/python --no-deps --compile-bytecode \
     --index-url https://download.pytorch.org/whl/cpu -r requirements/tpu-pytorch-index.txt
   echo "$want" > "$stamp"
+fi
+# .venv-vllm: the benchmark stage's vLLM backend (lm-eval on the chips), its own locked set:
+# vllm-tpu pins another JAX than maxtext's (requirements/vllm-tpu.in says why). The TPU recipes'
+# runtime.lm_eval_python names its interpreter. SETUP_TPU_NO_VLLM=1 skips it (benchmark.backend: hf).
+if [ -z "${SETUP_TPU_NO_VLLM:-}" ]; then
+  vstamp=.venv-vllm/.lock.sha256
+  vwant=$(cat requirements/vllm-tpu.lock requirements/vllm-tpu-pytorch-index.txt | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$vstamp" 2>/dev/null)" != "$vwant" ]; then
+    echo "setup-tpu: installing requirements/vllm-tpu.lock into .venv-vllm (a few GB)"
+    [ -x .venv-vllm/bin/python ] || .venv/bin/python -m uv venv -q --python "$(.venv/bin/python -c 'import sys; print(sys._base_executable)')" .venv-vllm
+    .venv/bin/python -m uv pip install -q --python .venv-vllm/bin/python --no-deps --compile-bytecode -r requirements/vllm-tpu.lock
+    .venv/bin/python -m uv pip install -q --python .venv-vllm/bin/python --no-deps --compile-bytecode \
+      --index-url https://download.pytorch.org/whl/cpu -r requirements/vllm-tpu-pytorch-index.txt
+    echo "$vwant" > "$vstamp"
+  fi
 fi
 echo "setup-tpu: done. Next: source .venv/bin/activate && export HF_TOKEN=... && dvc repro"

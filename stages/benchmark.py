@@ -15,9 +15,12 @@ task as published. Where it runs (`benchmark.backend`):
   vllm  `lm-eval run --model vllm` on the TPU VM's chips (vllm-tpu; docs/benchmarks.md says what
         that needs and what is not proven)
   auto  hf on cpu, vllm on a TPU
-Writes, the metrics first, so that a failed gate leaves its numbers to read:
+On the same loaded models, both models' greedy answers to `benchmark.prompts`
+(stages/lib/answers.py): on the chips with vLLM, not the host. Writes, the metrics first, so
+that a failed gate leaves its numbers to read:
   metrics/benchmark.json  per task: base, fine_tuned, change (DVC metrics: dvc exp show lists them)
   eval/benchmark.md       the same as a table, with the metric, few-shot count and items
+  eval/generations.md     the prompts and both models' answers
 Then the gate (`benchmark.gate`): a task whose tuned score falls more than `max_drop` below the
 base's, or stays under `min_score`, fails the stage with one line naming it.
 """
@@ -34,7 +37,7 @@ import tempfile
 
 import yaml
 
-from stages.lib import families, hardware, outputs, paths
+from stages.lib import answers, families, hardware, outputs, paths
 from stages.lib.cli import run
 from stages.lib.errors import StageFailed, UserError
 from stages.lib.params import load
@@ -161,21 +164,24 @@ def backend(params: dict) -> str:
 
 
 def lm_eval_python(params: dict) -> str:
-    """The interpreter of the vLLM runs: vllm-tpu cannot join the locked set (docs/tpu-vm.md)."""
+    """The interpreter of the vLLM runs: .venv-vllm, vllm-tpu's own locked set (requirements/vllm-tpu.in)."""
     return params["runtime"]["lm_eval_python"] or sys.executable
 
 
 def vllm_commands(params: dict, tasks: list[dict], task_dir: str, out_dir: str) -> list[tuple[str, list[str]]]:
     """(model, argv) of each `lm-eval run --model vllm` the TPU backend runs: one per model and
-    chat-template setting, tensor-parallel over this host's chips."""
+    chat-template setting, tensor-parallel over this host's chips. The greedy answers are a
+    task of the chat-template run (its samples logged), on the model vLLM has loaded anyway."""
     b = params["benchmark"]
     tpu = hardware.TPUS.get(params["hardware"]["kind"])
     chips = tpu.chips_per_host if tpu else 1
     python = lm_eval_python(params)
+    answer_task = answers.write_task(b["prompts"], b["max_new_tokens"], task_dir)
+    runs = {chat: [task_file(task_dir, t) for t in members] for chat, members in groups(tasks).items()}
+    runs.setdefault(True, []).append(answer_task)
     commands = []
     for who, model_dir in MODELS.items():
-        for chat, members in groups(tasks).items():
-            files = [task_file(task_dir, t) for t in members]
+        for chat, files in runs.items():
             argv = [python, "-m", "lm_eval", "run", "--model", "vllm"]
             model_args = {
                 "pretrained": os.path.abspath(model_dir),
@@ -189,12 +195,14 @@ def vllm_commands(params: dict, tasks: list[dict], task_dir: str, out_dir: str) 
             if b["limit"]:
                 argv += ["--limit", str(b["limit"])]
             if chat:
-                argv += ["--apply_chat_template", "--fewshot_as_multiturn"]
+                argv += ["--apply_chat_template", "--fewshot_as_multiturn", "--log_samples"]
             commands.append((who, argv))
     return commands
 
 
-def run_vllm(params: dict, tasks: list[dict], task_dir: str, out_dir: str) -> dict[str, dict]:
+def run_vllm(params: dict, tasks: list[dict], task_dir: str, out_dir: str) -> tuple[dict, dict]:
+    """Each model's results, and its greedy answers (from the chat-template run's samples)."""
+    b = params["benchmark"]
     python = lm_eval_python(params)
     if subprocess.run([python, "-c", "import lm_eval, vllm"], capture_output=True).returncode != 0:
         raise UserError(
@@ -202,6 +210,7 @@ def run_vllm(params: dict, tasks: list[dict], task_dir: str, out_dir: str) -> di
             'environment with vllm-tpu (docs/tpu-vm.md, "Benchmarks on the chips"), or benchmark.backend: hf'
         )
     results: dict[str, dict] = {who: {} for who in MODELS}
+    said: dict[str, list[str]] = {}
     for who, argv in vllm_commands(params, tasks, task_dir, out_dir):
         print(f"benchmark: {who}: {shlex.join(argv)}", flush=True)
         subprocess.run(argv, check=True)
@@ -211,12 +220,15 @@ def run_vllm(params: dict, tasks: list[dict], task_dir: str, out_dir: str) -> di
             found = json.load(f)
         results[who].update(found["results"])
         results[who].setdefault("n-samples", {}).update(found.get("n-samples", {}))
-    return results
+        if "--log_samples" in argv:
+            said[who] = answers.from_samples(output, len(b["prompts"]), b["limit"])
+    return results, said
 
 
-def run_hf(params: dict, tasks: list[dict], task_dir: str) -> dict[str, dict]:
-    """lm-eval's transformers backend on each model, loaded once for all its tasks (its notices
-    kept out of the terminal; a line per model and run says where it is)."""
+def run_hf(params: dict, tasks: list[dict], task_dir: str) -> tuple[dict, dict]:
+    """lm-eval's transformers backend on each model, loaded once for all its tasks and the
+    greedy answers (its notices kept out of the terminal; a line per model and run says where
+    it is). Returns each model's results and its answers."""
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     import transformers
 
@@ -227,8 +239,13 @@ def run_hf(params: dict, tasks: list[dict], task_dir: str) -> dict[str, dict]:
     b = params["benchmark"]
     manager = registry(os.path.abspath(task_dir))  # the stage's own YAML files, which include the definitions
     results: dict[str, dict] = {who: {} for who in MODELS}
+    said: dict[str, list[str]] = {}
     for who, model_dir in MODELS.items():
         model = families.language_model(model_dir, params["model"]["maxtext_name"])
+        print(f"benchmark: {who}: greedy answers to {len(b['prompts'])} prompts (transformers)", flush=True)
+        said[who] = answers.greedy_answers(
+            model, answers.left_padding_tokenizer(model_dir), b["prompts"], b["max_new_tokens"]
+        )
         tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
         lm = HFLM(
             pretrained=model, tokenizer=tokenizer, batch_size=b["batch_size"], max_length=b["max_length"], device="cpu"
@@ -249,7 +266,7 @@ def run_hf(params: dict, tasks: list[dict], task_dir: str) -> dict[str, dict]:
             results[who].update(found["results"])
             results[who].setdefault("n-samples", {}).update(found.get("n-samples", {}))
         del lm, model
-    return results
+    return results, said
 
 
 def scores(tasks: list[dict], results: dict[str, dict]) -> dict:
@@ -319,17 +336,19 @@ def main() -> None:
         task_dir = os.path.join(work, "tasks")
         write_task_files(tasks, task_dir)
         if engine == "hf":
-            results = run_hf(params, tasks, task_dir)
+            results, said = run_hf(params, tasks, task_dir)
         else:
-            results = run_vllm(params, tasks, task_dir, os.path.join(work, "results"))
+            results, said = run_vllm(params, tasks, task_dir, os.path.join(work, "results"))
     found = scores(tasks, results)
     items = {t["name"]: results["fine_tuned"]["n-samples"].get(t["name"], {}).get("effective") for t in tasks}
     gate = params["benchmark"]["gate"]
     outputs.write_json(METRICS, {"benchmark": found})
     outputs.write_text(TABLE, table(tasks, found, items, engine, gate))
+    where = "transformers on the host" if engine == "hf" else "vLLM on the chips"
+    answers.write_generations(params["benchmark"]["prompts"], said["base"], said["fine_tuned"], where)
     for name, s in found.items():
         print(f"benchmark: {name}: base {s['base']:.4f}, fine-tuned {s['fine_tuned']:.4f}", flush=True)
-    print(f"benchmark: wrote {METRICS}, {TABLE}", flush=True)
+    print(f"benchmark: wrote {METRICS}, {TABLE}, {answers.GENERATIONS}", flush=True)
     failures = gate_failures(found, gate)
     if failures:
         raise StageFailed(f"the benchmark gate failed ({'; '.join(failures)}); the scores are in {METRICS}")

@@ -9,16 +9,13 @@ it (MaxText's loss with the tokenizer, chat template, completion-only masking, p
 batch size training used, averaged over the batches as Tunix does). Where training already
 evaluated at step 0 (the base: a LoRA adapter starts at zero) and at its last step
 (train.eval_interval divides train.steps, as in the TPU recipes), those figures are taken
-from its DVCLive files and no pass is made again; otherwise MaxText computes them here. Then
-greedy generations for the recipe's `evaluate.prompts` from both HF checkpoints with
-`transformers`, side by side, all prompts in one batch (both in one process:
-stages/in_maxtext/loss_and_answers.py). After preference tuning (models/preference-maxtext
-holds parameters), also the tuned model's held-out loss and, on the held-out pairs
+from its DVCLive files and no model is loaded at all; otherwise MaxText computes them here
+(stages/in_maxtext/heldout.py). After preference tuning (models/preference-maxtext holds
+parameters), also the tuned model's held-out loss and, on the held-out pairs
 (data/preference/eval.jsonl), how often the SFT and the tuned model prefer the chosen answer
-and the reward train_dpo optimises (docs/preference.md); the generations are the export's,
-the tuned model's. Writes
+and the reward train_dpo optimises (docs/preference.md). (The greedy answers of both models
+are the benchmark stage's, made on the models it loads anyway: eval/generations.md.) Writes
   metrics/eval.json      base / fine-tuned loss and perplexity, and where they were computed
-  eval/generations.md    the prompts and both models' answers
 """
 
 import json
@@ -33,12 +30,11 @@ from stages.lib.params import load
 
 METRICS = os.path.join("metrics", "eval.json")
 PREFERENCE_TUNED = "preference_tuned"
-GENERATIONS = os.path.join("eval", "generations.md")
 
 
 def from_training(params: dict) -> dict | None:
     """The held-out losses training computed at step 0 and at its last step, as
-    loss_and_answers.heldout_loss reports them, or None where it did not compute both."""
+    heldout.heldout_loss reports them, or None where it did not compute both."""
     t = params["train"]
     logged = train_metrics.logged_evals()
     if not t["eval_interval"] or t["steps"] % t["eval_interval"] or not {0, t["steps"]} <= logged.keys():
@@ -60,31 +56,31 @@ def preference_settings() -> dict | None:
     return outputs.read_json(os.path.join(paths.PREFERENCE_MAXTEXT, paths.PREFERENCE_SETTINGS))
 
 
-def invocation(params: dict, work: str, losses: bool = True) -> tuple[flags.Invocation, str]:
-    """The one MaxText process (stages/in_maxtext/loss_and_answers.py), and its report's path;
-    `losses`: whether it computes the base's and the SFT model's held-out losses too. With
-    preference tuning, the tuned model's loss, and both models' held-out pair scores."""
-    report, prompts = os.path.join(work, "evaluation.json"), os.path.join(work, "prompts.json")
-    with open(prompts, "w") as f:
-        json.dump(list(params["evaluate"]["prompts"]), f)
+def invocation(params: dict, work: str, losses: bool = True) -> tuple[flags.Invocation | None, str]:
+    """The one MaxText process (stages/in_maxtext/heldout.py), and its report's path; `losses`:
+    whether it computes the base's and the SFT model's held-out losses. With preference tuning,
+    the tuned model's loss, and both models' held-out pair scores. None: nothing to compute."""
+    report = os.path.join(work, "evaluation.json")
     checkpoints = {"base": paths.BASE_MAXTEXT_PARAMS, "fine_tuned": paths.SFT_PARAMS} if losses else {}
-    exports = {"base": paths.BASE_HF, "fine_tuned": paths.SFT_HF}
     preference, pairs = preference_settings(), None
     if preference:
         checkpoints[PREFERENCE_TUNED] = paths.PREFERENCE_PARAMS
         pairs = {"sft": paths.SFT_PARAMS, PREFERENCE_TUNED: paths.PREFERENCE_PARAMS}  # the reference first
-    job = flags.loss_and_answers(params, report, checkpoints, exports, prompts, work, pairs, preference)
-    return job, report
+    if not checkpoints:
+        return None, report
+    return flags.heldout(params, report, checkpoints, work, pairs, preference), report
 
 
 def evaluation(params: dict) -> dict:
-    """Held-out losses (training's, or computed) and generations."""
+    """Held-out losses, training's or computed here (and the pair scores after preference tuning)."""
     trained = from_training(params)
+    found = {"loss": {}}
     with tempfile.TemporaryDirectory(prefix="evaluate-") as work:  # MaxText wants an output directory
         job, report = invocation(params, work, losses=trained is None)
-        maxtext.run("evaluate", job, params)
-        with open(report) as f:
-            found = json.load(f)
+        if job:
+            maxtext.run("evaluate", job, params)
+            with open(report) as f:
+                found = json.load(f)
     if trained:
         found["loss"].update(trained)
     found["loss_from"] = "training" if trained else "evaluate"
@@ -93,7 +89,7 @@ def evaluation(params: dict) -> dict:
 
 def preference_metrics(found: dict) -> dict:
     """With preference tuning: the tuned model's held-out loss, and both models' scores on the
-    held-out pairs (stages/in_maxtext/loss_and_answers.py: preference_scores)."""
+    held-out pairs (stages/in_maxtext/heldout.py: preference_scores)."""
     if "pairs" not in found:
         return {}
     tuned, sft, pairs = found["loss"][PREFERENCE_TUNED], found["pairs"]["sft"], found["pairs"][PREFERENCE_TUNED]
@@ -110,29 +106,6 @@ def preference_metrics(found: dict) -> dict:
     }
 
 
-def write_generations(prompts: list[str], base: list[str], tuned: list[str]) -> None:
-    lines = [
-        "# Greedy generations: base vs fine-tuned",
-        "",
-        "Written by the evaluate stage (`python -m stages.evaluate`) from `evaluate.prompts`.",
-        "",
-    ]
-    for i, (prompt, b, t) in enumerate(zip(prompts, base, tuned, strict=True), start=1):
-        lines += [
-            f"## {i}. {prompt}",
-            "",
-            "**base**",
-            "",
-            "> " + (b or "(nothing)").replace("\n", "\n> "),
-            "",
-            "**fine-tuned**",
-            "",
-            "> " + (t or "(nothing)").replace("\n", "\n> "),
-            "",
-        ]
-    outputs.write_text(GENERATIONS, "\n".join(lines))
-
-
 def main() -> None:
     params = load()
     families.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
@@ -141,7 +114,6 @@ def main() -> None:
             maxtext.dry_run("evaluate", invocation(params, work)[0], params)
         return
     hardware.check_present(params)
-    e = params["evaluate"]
     found = evaluation(params)
     base, tuned = found["loss"]["base"], found["loss"]["fine_tuned"]
     print(
@@ -157,7 +129,6 @@ def main() -> None:
             f" margin {pt['reward_margin']:.4f}; held-out chat loss {found['loss'][PREFERENCE_TUNED]['loss']:.4f}",
             flush=True,
         )
-    write_generations(e["prompts"], found["generations"]["base"], found["generations"]["fine_tuned"])
     # Under "eval", as the held-out split's row and token counts are in metrics/dataset.json
     # and metrics/token_lengths.json: one group of columns in `dvc metrics show`.
     outputs.write_json(
@@ -174,7 +145,7 @@ def main() -> None:
             }
         },
     )
-    print(f"evaluate: wrote {METRICS}, {GENERATIONS}", flush=True)
+    print(f"evaluate: wrote {METRICS}", flush=True)
 
 
 if __name__ == "__main__":

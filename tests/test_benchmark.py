@@ -10,7 +10,9 @@ import sys
 import pytest
 
 from stages import benchmark
+from stages.lib import answers
 from stages.lib.errors import UserError
+from stages.lib.params import load as load_params
 from testkit.workspace import REPO, clone_workspace, set_param, sh, stages_run
 
 
@@ -101,9 +103,38 @@ def test_the_tpu_backends_commands_are_what_lm_evals_own_parser_reads():
         assert config.model_args["tensor_parallel_size"] == 8  # the v6e-8's chips
         config.process_tasks()
         loaded = {t["task"]: t for t in config.tasks}
-        assert set(loaded) == {"ifeval", "gsm8k", "leaderboard_mmlu_pro"}
+        assert set(loaded) == {"ifeval", "gsm8k", "leaderboard_mmlu_pro", answers.TASK}
         assert loaded["gsm8k"]["dataset_kwargs"]["revision"] == "740312add88f781978c0658806c59bc2815b9866"
         assert loaded["gsm8k"]["num_fewshot"] == 5 and callable(loaded["ifeval"]["process_results"])
+        # the greedy answers, on the model vLLM loaded for the benchmarks, their samples logged
+        said = loaded[answers.TASK]
+        assert said["output_type"] == "generate_until" and args.log_samples
+        assert said["generation_kwargs"] == {"until": [], "do_sample": False, "max_gen_toks": 200}
+        data = said["dataset_kwargs"]["data_files"]["test"]
+        assert [json.loads(line)["prompt"] for line in open(data)] == load_params(str(REPO / "params.yaml"))[
+            "benchmark"
+        ]["prompts"]
+
+
+@pytest.mark.slow
+def test_the_vllm_backends_answers_task_answers_as_the_transformers_backend(tiny_base, tmp_path):
+    """The greedy answers' task that the vLLM backend runs, run here by the same `lm-eval run`
+    with the transformers model instead of vllm (lm-eval's own CLI, chat template, logged
+    samples), on the tiny base: the same answers as the transformers backend's own batch
+    (stages/lib/answers.py), and `benchmark.limit` named where lm-eval stopped short."""
+    from stages.lib import families
+
+    prompts = ["What is 17 plus 25?", "What is the capital of Peru?", "Spell the word tiger backwards."]
+    task = answers.write_task(prompts, 12, str(tmp_path / "tasks"))
+    out = tmp_path / "results"
+    argv = [sys.executable, "-m", "lm_eval", "run", "--model", "hf", "--model_args", f"pretrained={tiny_base}"]
+    argv += ["--tasks", task, "--batch_size", "4", "--seed", "0", "--output_path", str(out), "--limit", "2"]
+    sh([*argv, "--apply_chat_template", "--fewshot_as_multiturn", "--log_samples"], tmp_path)
+    found = answers.from_samples(str(out), len(prompts), 2)
+    model = families.language_model(str(tiny_base), "gemma3-4b")
+    expected = answers.greedy_answers(model, answers.left_padding_tokenizer(str(tiny_base)), prompts[:2], 12)
+    assert found == [*expected, "(not generated: benchmark.limit is 2)"]
+    assert all(expected), expected  # a random model's 12 tokens: never nothing
 
 
 @pytest.mark.slow

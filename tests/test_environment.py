@@ -73,6 +73,54 @@ def test_every_pin_of_the_tpu_lock_has_a_distribution_for_the_vm(tmp_path):
     assert len(planned) == len(locked) and {"libtpu==0.0.50.1", "maxtext==0.2.5"} <= planned
 
 
+def test_the_vllm_lock_runs_the_cpu_locks_harness_and_leaves_torch_to_the_pytorch_index():
+    """The benchmark's vLLM environment (requirements/vllm-tpu.lock) scores with the lm-eval the
+    CPU set scores with, and its torch comes as CPU builds from the PyTorch index, as the TPU
+    set's does (requirements/tpu-overrides.txt)."""
+    vllm, cpu = pins(ROOT / "requirements" / "vllm-tpu.lock"), pins(ROOT / "requirements" / "cpu.lock")
+    assert vllm["lm-eval"] == cpu["lm-eval"] and "vllm-tpu" in vllm and "libtpu" in vllm
+    assert "torch" not in vllm and "torchvision" not in vllm
+    index = pins(ROOT / "requirements" / "vllm-tpu-pytorch-index.txt")
+    assert set(index) == {"torch", "torchvision"} and all(v.endswith("+cpu") for v in index.values())
+
+
+@pytest.mark.slow  # asks PyPI: seconds with uv's cache, longer without
+def test_the_vllm_lock_is_what_its_input_resolves_to_and_installs_on_the_vm(tmp_path):
+    """requirements/vllm-tpu.in resolved again for the VM's platform, against PyPI as of the
+    lock's date, without the override: the torch and torchvision it picks are the PyTorch index
+    pins' versions, and every other pin is the lock's but triton (an edit of the .in without a
+    re-lock shows here); then uv finds a distribution for each pin of the lock there without
+    installing anything."""
+    uv = [Path(sys.executable).parent / "uv", "pip"]
+    platform_args = ["--python-version", "3.12", "--python-platform", "x86_64-manylinux_2_35"]
+    lock_text = (ROOT / "requirements" / "vllm-tpu.lock").read_text()
+    as_of = re.search(r"--exclude-newer (\S+)", lock_text)[1]  # PyPI as it was: releases since change nothing
+    resolved = tmp_path / "resolved.txt"
+    subprocess.run(
+        [*uv, "compile", ROOT / "requirements" / "vllm-tpu.in", *platform_args, "--exclude-newer", as_of]
+        + ["-o", resolved, "--quiet"],
+        check=True,
+        capture_output=True,
+    )
+    again, locked = pins(resolved), pins(ROOT / "requirements" / "vllm-tpu.lock")
+    index = pins(ROOT / "requirements" / "vllm-tpu-pytorch-index.txt")
+    assert {name: again[name] for name in index} == {name: v.split("+")[0] for name, v in index.items()}
+    # triton aside: PyPI's (CUDA) torch pins triton 3.6.0, the CPU build pins none, so in the lock
+    # xgrammar's triton is free to be the newest (it never runs on a TPU)
+    assert {name: again.get(name) for name in locked if name != "triton"} == {
+        name: v for name, v in locked.items() if name != "triton"
+    }
+    proc = subprocess.run(
+        [*uv, "install", "--dry-run", "--no-deps", *platform_args, "--target", tmp_path / "t"]
+        + ["-r", ROOT / "requirements" / "vllm-tpu.lock"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    planned = set(re.findall(r"^ \+ ([A-Za-z0-9_.-]+==\S+)$", proc.stdout + proc.stderr, flags=re.M))
+    assert len(planned) == len(locked) and {"vllm-tpu==0.32.0", "lm-eval==0.4.13"} <= planned
+
+
 def committed(path: str) -> str:
     """A file as committed: the demo switches the working params.yaml to the tiny recipe."""
     proc = subprocess.run(["git", "show", f"HEAD:{path}"], cwd=ROOT, capture_output=True, text=True)

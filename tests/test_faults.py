@@ -201,10 +201,11 @@ def test_training_killed_twice_resumes_each_time_and_ends_as_if_never_killed(tin
     for path in ("models/base-hf", "data/chat", "models/sft-hf"):
         assert first[path] == again[path], f"{path} differs between two runs from scratch"
 
-    # evaluate takes the held-out losses this training computed at steps 0 and 40 and makes no
-    # pass of its own; they are what evaluate computes on the same weights where training
+    # evaluate takes the held-out losses this training computed at steps 0 and 40 and starts
+    # no MaxText process; they are what evaluate computes on the same weights where training
     # computed none (tiny_run: no in-training evaluation): one quantity, either way.
-    assert "(computed by training)" in sh(["dvc", "repro", "evaluate"], root).stdout
+    evaluated = sh(["dvc", "repro", "evaluate"], root).stdout
+    assert "(computed by training)" in evaluated and "stages.in_maxtext" not in evaluated, evaluated
     reused = json.loads((root / "metrics" / "eval.json").read_text())["eval"]
     computed = json.loads((tiny_run.path / "metrics" / "eval.json").read_text())["eval"]
     assert (reused["loss_from"], computed["loss_from"]) == ("training", "evaluate")

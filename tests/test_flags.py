@@ -27,7 +27,7 @@ def test_every_invocation_reads_the_config_its_entry_point_documents(project_4b)
         assert os.path.isfile(invocation.args[0])
     for ours in (
         flags.export_check(p, {"export": "r.json"}),
-        flags.loss_and_answers(p, "r.json", {"base": "b"}, {}, "p.json", "/tmp/o"),
+        flags.heldout(p, "r.json", {"base": "b"}, "/tmp/o"),
         flags.data_position(p, "/tmp/w", "s.jsonl", 20, "r.json"),
     ):
         maxtext = ours.args[ours.args.index("--") + 1 :]
@@ -135,7 +135,7 @@ def test_runtime_settings_reach_maxtext_without_being_results(project_4b, monkey
     assert kv(flags.convert_in(p, "o").args)["jax_cache_dir"] == str(Path("relative/cache").resolve())
     # The one-pass readers never start a grain worker, whatever training uses.
     for one_pass in (
-        flags.loss_and_answers(p, "r", {"base": "b"}, {}, "p.json", "/tmp/o"),
+        flags.heldout(p, "r", {"base": "b"}, "/tmp/o"),
         flags.data_position(p, "/tmp/w", "s", 20, "r"),
     ):
         assert kv(one_pass.args)["grain_worker_count"] == kv(one_pass.args)["grain_worker_count_eval"] == "0"
@@ -209,7 +209,7 @@ def test_on_a_slice_the_one_process_work_runs_on_worker_0s_cpu_and_training_on_t
         "conversion check": flags.conversion_check(p, "out", "r.json"),
         "convert_out": flags.export_job(p, "out", "r.json"),
         "export check": flags.export_check(p, {"out": "r.json"}),
-        "evaluate": flags.loss_and_answers(p, "r.json", {"base": "b"}, {}, "p.json", "w"),
+        "evaluate": flags.heldout(p, "r.json", {"base": "b"}, "w"),
     }
     for name, invocation in one_process.items():
         assert {"hardware=cpu", "skip_jax_distributed_system=true"} <= set(invocation.args), name

@@ -8,7 +8,7 @@ def test_names_spell_what_each_variant_changes():
     assert experiment_name([("train.learning_rate", "3e-4"), ("train.steps", "80")]) == "lr3e-4-steps80"
     assert experiment_name([("train.lora.enabled", "true"), ("train.learning_rate", "5e-3")]) == "lora-lr5e-3"
     assert experiment_name([("train.lora.enabled", "False")]) == "no-lora"
-    assert experiment_name([("evaluate.max_new_tokens", "8")]) == "max-new-tokens8"
+    assert experiment_name([("benchmark.max_new_tokens", "8")]) == "max-new-tokens8"
     assert experiment_name([("train.lora.module_path", ".*/query")]) == "module-path.--query"  # a valid git ref
 
 

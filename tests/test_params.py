@@ -59,11 +59,17 @@ CASES = [
     ("runtime", DELETE, "params.yaml: runtime: missing (expected a section)"),
     ("train.lora", 5, "params.yaml: train.lora: expected a mapping of keys, got 5"),
     (
-        "evaluate.prompts",
+        "benchmark.prompts",
         ["ok", "  "],
-        "params.yaml: evaluate.prompts: expected a non-empty list of non-empty strings, got ['ok', '  ']",
+        "params.yaml: benchmark.prompts: expected a non-empty list of non-empty strings, got ['ok', '  ']",
     ),
-    ("evaluate.prompts", [], "params.yaml: evaluate.prompts: expected a non-empty list of non-empty strings, got []"),
+    ("benchmark.prompts", [], "params.yaml: benchmark.prompts: expected a non-empty list of non-empty strings, got []"),
+    (
+        "evaluate",  # a params.yaml from before the greedy answers moved
+        {"prompts": ["ok"], "max_new_tokens": 8},
+        "params.yaml: evaluate: unknown key (its prompts and max_new_tokens are benchmark.prompts and "
+        "benchmark.max_new_tokens: the benchmark stage answers them on the models it loads)",
+    ),
     ("base_model.revision", "main", "params.yaml: base_model.revision: expected a 40-character commit hash"),
     (
         "base_model.repo_id",

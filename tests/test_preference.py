@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
-from stages.in_maxtext.loss_and_answers import preference_scores
+from stages.in_maxtext.heldout import preference_scores
 from stages.lib import chat, preference_pairs
 from stages.lib.errors import UserError
 from stages.lib.params import validate

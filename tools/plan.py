@@ -142,9 +142,8 @@ def plan(params: dict, d: dict) -> dict:
     interval = train["eval_interval"]
     in_training = (train["steps"] // interval + 1) if interval else 0
     reused = bool(interval) and train["steps"] % interval == 0  # evaluate takes training's held-out losses
-    answers = len(params["evaluate"]["prompts"])
     bench = params["benchmark"]
-    # what evaluate's generations and the benchmark load: both HF checkpoints' language models
+    # what the benchmark loads (its tasks and the greedy answers): both HF checkpoints' language models
     language_models = d["base_bytes_per_param"] * text + export * text // (text + vision)
     stages = [
         {
@@ -180,20 +179,20 @@ def plan(params: dict, d: dict) -> dict:
         {
             "stage": "evaluate",
             # and the MaxText checkpoints, unless training's evaluations are reused (stages/evaluate.py)
-            "read": language_models + (0 if reused else converted + final),
+            "read": 0 if reused else converted + final,
             "passes": (
-                f"held-out loss: training's evaluations at steps 0 and {train['steps']} (no pass)"
+                f"held-out loss: training's evaluations at steps 0 and {train['steps']} (no pass, no model loaded)"
                 if reused
                 else f"held-out loss over the {held_out} rows, base and tuned (MaxText: 2 passes)"
-            )
-            + f"; greedy answers to {answers} prompts x {params['evaluate']['max_new_tokens']} tokens,"
-            " base and tuned, one batch each (transformers)",
+            ),
         },
         {
             "stage": "benchmark",
             "read": language_models,
             "passes": f"lm-eval on base and tuned: {', '.join(t['name'] for t in bench['tasks']) or 'no tasks'}"
             + (f", {bench['limit']} items each" if bench["limit"] else ", every item")
+            + f"; on the same loaded models, greedy answers to {len(bench['prompts'])} prompts x"
+            f" {bench['max_new_tokens']} tokens, one batch each"
             + " (its compute is not modelled: docs/benchmarks.md projects the 4B recipe's)",
         },
     ]

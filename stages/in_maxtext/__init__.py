@@ -13,7 +13,7 @@ train_compile) or one of these, which use MaxText's code directly:
   assemble_export   MaxText's HF export made a drop-in replacement for the base checkpoint
   data_position     train, resuming: where the killed run's data stream stopped
   merge_lora        train, LoRA: the adapter merged into full weights
-  loss_and_answers  evaluate stage: held-out loss of each checkpoint, greedy answers
+  heldout           evaluate stage: held-out loss of each checkpoint, held-out pair scores
 
 Each reports to the stage through files (a JSON report, the checkpoint it writes), never by
 import: the stage process stays free of JAX and MaxText.

@@ -16,4 +16,5 @@ model families, in stages/lib/families/. Nothing here imports stages/in_maxtext/
                       train_data (what MaxText reads), train_metrics (MaxText's metrics ->
                       DVCLive)
   the gates           gate (the conversion and export checks' verdict on their reports)
+  judging the model   answers (both models' greedy answers, on the models the benchmark loads)
 """

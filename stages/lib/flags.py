@@ -35,7 +35,7 @@ CONFIG_FILES = {
 SFT_RUN_NAME = "sft"
 PREFERENCE_RUN_NAME = "preference"
 CHECK_SEPARATOR = "--check--"  # export_job's arguments: to_huggingface's, then the export check's
-PAIRS_SEPARATOR = "--pairs--"  # loss_and_answers's arguments: SFT's config and flags, then train_dpo's
+PAIRS_SEPARATOR = "--pairs--"  # heldout's arguments: SFT's config and flags, then train_dpo's
 
 
 @dataclass(frozen=True)
@@ -474,20 +474,18 @@ def export_job(params: dict, out_dir: str, report: str) -> Invocation:
     )
 
 
-def loss_and_answers(
+def heldout(
     params: dict,
     report: str,
     checkpoints: dict[str, str],
-    answers: dict[str, str],
-    prompts: str,
     output_dir: str,
     pairs: dict[str, str] | None = None,
     preference: dict | None = None,
 ) -> Invocation:
-    """The evaluate stage's child (stages/in_maxtext/loss_and_answers.py): held-out loss of each MaxText
-    checkpoint (none: training computed them), through training's data flags, and greedy answers
-    of each HF checkpoint; with `pairs` ({name: checkpoint}, the first the reference) and the
-    `preference` settings they were tuned with, their scores on the held-out preference pairs."""
+    """The evaluate stage's child (stages/in_maxtext/heldout.py): held-out loss of each MaxText
+    checkpoint, through training's data flags; with `pairs` ({name: checkpoint}, the first the
+    reference) and the `preference` settings they were tuned with, their scores on the held-out
+    preference pairs."""
     ours = ["--report", report]
     pair_args = []
     if pairs:
@@ -504,11 +502,8 @@ def loss_and_answers(
             "run_name=evaluate-pairs",
         ]
     ours += [a for name, path in checkpoints.items() for a in ("--checkpoint", f"{name}={_abs(path)}")]
-    ours += [a for name, path in answers.items() for a in ("--generate", f"{name}={_abs(path)}")]
-    ours += ["--prompts", prompts, "--max-new-tokens", str(params["evaluate"]["max_new_tokens"])]
-    ours += ["--model-name", params["model"]["maxtext_name"]]
     return Invocation(
-        "stages.in_maxtext.loss_and_answers",
+        "stages.in_maxtext.heldout",
         [
             *ours,
             "--",
@@ -518,7 +513,7 @@ def loss_and_answers(
             f"base_output_directory={_abs(output_dir)}",
             "run_name=evaluate",
             # Training's batches, so that the batch-averaged loss is the one training's
-            # evaluation reports (stages/in_maxtext/loss_and_answers.py).
+            # evaluation reports (stages/in_maxtext/heldout.py).
             f"per_device_batch_size={params['train']['per_device_batch_size']}",
             *pair_args,
         ],

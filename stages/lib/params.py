@@ -188,16 +188,6 @@ class ConvertOutParams(Section):
     check: ExportCheckParams
 
 
-class EvaluateParams(Section):
-    prompts: _leaf(
-        Annotated[list[Annotated[str, Field(pattern=f"^{NON_EMPTY}$")]], Field(min_length=1)],
-        "a non-empty list of non-empty strings",
-        False,
-        "greedy answers of both models: eval/generations.md",
-    )
-    max_new_tokens: Int(1)
-
-
 class BenchmarkTask(Section):
     name: Str(r"[\w.-]+", "an lm-eval task name", doc="a task of lm-eval's registry or of assets/benchmarks")
     num_fewshot: Int(0, nullable=True, doc="few-shot examples; null: the task's own count")
@@ -225,6 +215,13 @@ class BenchmarkParams(Section):
         True,
         "the regression gate, per task; null: off",
     )
+    prompts: _leaf(
+        Annotated[list[Annotated[str, Field(pattern=f"^{NON_EMPTY}$")]], Field(min_length=1)],
+        "a non-empty list of non-empty strings",
+        False,
+        "greedy answers of both models, on the models the benchmarks loaded: eval/generations.md",
+    )
+    max_new_tokens: Int(1, doc="the greedy answers' length limit, in tokens")
 
 
 class PreferenceDataParams(DataSource):
@@ -329,7 +326,8 @@ class RuntimeParams(Section):
         nullable=True,
         expect="a path to a python interpreter",
         doc="the benchmark stage's vLLM backend runs `<this> -m lm_eval`: an environment with vllm-tpu, "
-        "which the locked set cannot hold (docs/benchmarks.md); null: the pipeline's own python",
+        "which maxtext's locked set cannot hold (scripts/setup-tpu.sh installs requirements/vllm-tpu.lock "
+        "as .venv-vllm); null: the pipeline's own python",
     )
 
 
@@ -340,7 +338,6 @@ class Params(Section):
     convert_in: ConvertInParams
     train: TrainParams
     convert_out: ConvertOutParams
-    evaluate: EvaluateParams
     benchmark: BenchmarkParams
     preference: PreferenceParams
     hardware: HardwareParams
@@ -387,6 +384,13 @@ def _show(key) -> str:
     return key if isinstance(key, str) and key.isprintable() and key else repr(key)
 
 
+# Keys an earlier version had, and where they went: a params.yaml from before says so.
+MOVED = {
+    "evaluate": "its prompts and max_new_tokens are benchmark.prompts and benchmark.max_new_tokens: "
+    "the benchmark stage answers them on the models it loads",
+}
+
+
 def _message(e: ValidationError, params: Any, where: str) -> str:
     errors = e.errors()
     # Unknown keys first: a misspelt key also shows up as the real key missing.
@@ -394,6 +398,8 @@ def _message(e: ValidationError, params: Any, where: str) -> str:
     loc = tuple(error["loc"])
     name = ".".join(map(_show, loc)) or "top level"
     if error["type"] == "extra_forbidden":
+        if name in MOVED:
+            return f"{where}: {name}: unknown key ({MOVED[name]})"
         close = difflib.get_close_matches(name, leaf_paths(), n=1, cutoff=0.6)
         return f"{where}: {name}: unknown key" + (f" (did you mean {close[0]}?)" if close else "")
     if error["type"] == "missing":

@@ -1,13 +1,11 @@
 """The evaluate stage's work, in one process: held-out loss of MaxText checkpoints, computed
-the way training computes it, greedy answers of the HF checkpoints to fixed prompts, and,
-after preference tuning, each model's scores on the held-out preference pairs.
+the way training computes it, and, after preference tuning, each model's scores on the
+held-out preference pairs.
 
 Run by the evaluate stage (through stages.in_maxtext.main, like MaxText's entry points):
 
-    python -m stages.in_maxtext.main stages.in_maxtext.loss_and_answers -- --report R.json \
+    python -m stages.in_maxtext.main stages.in_maxtext.heldout -- --report R.json \
         --checkpoint base=models/base-maxtext/0/items --checkpoint fine_tuned=models/sft-maxtext/params \
-        --generate base=models/base-hf --generate fine_tuned=models/sft-hf --prompts P.json \
-        --max-new-tokens 24 --model-name gemma3-4b \
         -- <sft.yml and MaxText's flags: model, tokenizer, max_target_length, packing, eval data (stages/lib/flags.py)>
 
 Held-out loss, for each checkpoint: MaxText's own SFT input pipeline over the whole eval
@@ -15,14 +13,13 @@ file, once (same tokenizer, chat template, completion-only masking, packing and 
 as training), and MaxText's training loss function with dropout off, averaged over the
 batches as Tunix averages its in-training evaluation: the number training's eval/loss
 curve shows, which the evaluate stage takes instead wherever training computed it
-(stages/evaluate.py). Generations: `transformers`, greedy, each prompt as one user turn of
-the chat template, all prompts in one batch, the language model alone (no vision tower).
+(stages/evaluate.py).
 Pair scores (`--pairs sft=... --pairs preference_tuned=...`, then after `--pairs--` train_dpo's
 config and data flags): each pair's log-probability of its chosen and rejected answer under
 each checkpoint, through MaxText's DPO input pipeline and Tunix's `compute_logps`, as
 train_dpo scores them; `preference_scores` turns them into the models' own preference and
 Tunix's reward against the first (the reference).
-(One process for all: MaxText imports transformers and torch anyway.)
+(The greedy answers are the benchmark stage's: stages/lib/answers.py.)
 """
 
 import argparse
@@ -131,46 +128,6 @@ def preference_scores(logps: dict, reference: str, algorithm: str, beta: float) 
     return out
 
 
-def generate(model_dir: str, model_name: str, prompts: list[str], max_new_tokens: int) -> list[str]:
-    """Greedy answers of the checkpoint's language model (no vision tower) to the prompts."""
-    from stages.lib import families
-
-    return greedy_answers(
-        families.language_model(model_dir, model_name), left_padding_tokenizer(model_dir), prompts, max_new_tokens
-    )
-
-
-def left_padding_tokenizer(model_dir: str):
-    """The checkpoint's tokenizer, padding on the left as batched generation needs."""
-    import transformers
-
-    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir, padding_side="left")
-    if tokenizer.pad_token is None:  # Llama 3's has none; padding only fills, the mask hides it
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
-
-
-def greedy_answers(model, tokenizer, prompts: list[str], max_new_tokens: int) -> list[str]:
-    """All prompts in one left-padded batch: a decode step reads the weights once for every
-    prompt, not once per prompt (bench/generation.py measures it; docs/benchmarks.md, "What
-    convert_out and evaluate cost at 4B", projects it)."""
-    import torch
-
-    inputs = tokenizer.apply_chat_template(
-        [[{"role": "user", "content": p}] for p in prompts],
-        add_generation_prompt=True,
-        padding=True,
-        return_tensors="pt",
-        return_dict=True,
-    )
-    with torch.no_grad():
-        out = model.generate(
-            **inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
-        )
-    start = inputs["input_ids"].shape[1]
-    return [tokenizer.decode(row[start:], skip_special_tokens=True).strip() for row in out]
-
-
 def main() -> None:
     from absl import flags
 
@@ -180,17 +137,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--report", required=True)
     parser.add_argument("--checkpoint", action="append", default=[], help="NAME=PATH, evaluated in order")
-    parser.add_argument("--generate", action="append", default=[], help="NAME=HF_DIR, answering --prompts")
-    parser.add_argument("--prompts", help="a JSON list of prompts")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--model-name", help="MaxText's model_name (which family's layouts apply)")
     parser.add_argument("--pairs", action="append", default=[], help="NAME=PATH: held-out pair scores")
     parser.add_argument("--pairs-reference", help="the NAME of --pairs the rewards are relative to")
     parser.add_argument("--pairs-algorithm", choices=["dpo", "orpo"], default="dpo")
     parser.add_argument("--pairs-beta", type=float, default=0.1)
     ours = parser.parse_args(sys.argv[1:split])
     maxtext_args = sys.argv[split + 1 : pairs_split]
-    report = {"loss": {}, "generations": {}}
+    report = {"loss": {}}
     if ours.pairs:
         logps = {}
         for spec in ours.pairs:
@@ -202,12 +155,6 @@ def main() -> None:
         name, path = spec.split("=", 1)
         report["loss"][name] = heldout_loss(maxtext_args, path)
         print(f"evaluation: {name}: {report['loss'][name]}", flush=True)
-    if ours.generate:
-        with open(ours.prompts) as f:
-            prompts = json.load(f)
-        for spec in ours.generate:
-            name, path = spec.split("=", 1)
-            report["generations"][name] = generate(path, ours.model_name, prompts, ours.max_new_tokens)
     with open(ours.report, "w") as f:
         json.dump(report, f, indent=2)
 
