@@ -57,6 +57,7 @@ if [ -z "${SETUP_TPU_NO_VLLM:-}" ]; then
   vwant=$(cat requirements/vllm-tpu.lock requirements/vllm-tpu-pytorch-index.txt | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$vstamp" 2>/dev/null)" != "$vwant" ]; then
     echo "setup-tpu: installing requirements/vllm-tpu.lock into .venv-vllm (a few GB)"
+    # made from the Python 3.12 that .venv was made from (found or installed above)
     [ -x .venv-vllm/bin/python ] || .venv/bin/python -m uv venv -q --python "$(.venv/bin/python -c 'import sys; print(sys._base_executable)')" .venv-vllm
     .venv/bin/python -m uv pip install -q --python .venv-vllm/bin/python --no-deps --compile-bytecode -r requirements/vllm-tpu.lock
     .venv/bin/python -m uv pip install -q --python .venv-vllm/bin/python --no-deps --compile-bytecode \

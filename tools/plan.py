@@ -178,7 +178,7 @@ def plan(params: dict, d: dict) -> dict:
         },
         {
             "stage": "evaluate",
-            # and the MaxText checkpoints, unless training's evaluations are reused (stages/evaluate.py)
+            # the MaxText checkpoints, unless training's evaluations are reused (stages/evaluate.py)
             "read": 0 if reused else converted + final,
             "passes": (
                 f"held-out loss: training's evaluations at steps 0 and {train['steps']} (no pass, no model loaded)"
