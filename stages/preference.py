@@ -40,7 +40,6 @@ from stages.lib import (
     launch,
     outputs,
     paths,
-    stream,
     train_data,
     train_metrics,
     workdir,
@@ -87,20 +86,13 @@ def streams_from(params: dict, work: workdir.Workdir, step: int) -> list[str]:
     """The pairs each host reads (one stream for one host): every epoch, shuffled, from the
     first pair `step` steps did not use (MaxText's DPO pipeline neither packs nor drops a pair:
     each step takes exactly pairs_per_step of each host's stream)."""
-    p, hosts = params["preference"], hardware.hosts(params)
-    full = train_data.stream_names(params, work)
-    for i, path in enumerate(full):
-        if not os.path.exists(path):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            pairs = os.path.join(paths.PREFERENCE_DATA, "train.jsonl")
-            stream.write(pairs, path, p["seed"], p["num_epochs"], hosts=hosts, host=i)
+    p = params["preference"]
+    pairs = os.path.join(paths.PREFERENCE_DATA, "train.jsonl")
+    full = train_data.write_streams(params, work, pairs, p["seed"], p["num_epochs"])
     if step == 0:
         return full
-    resumed = train_data.resumed_names(params, work, step)
-    left = 0
-    for source, out in zip(full, resumed, strict=True):
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        left += stream.skip(source, step * pairs_per_step(params), out)
+    used = [step * pairs_per_step(params)] * len(full)
+    resumed, left = train_data.continue_streams(params, work, step, full, used)
     print(f"preference: resuming at step {step}: {left} pairs of the stream left", flush=True)
     return resumed
 

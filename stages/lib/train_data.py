@@ -76,17 +76,40 @@ def resumed_names(params: dict, work: workdir.Workdir, step: int) -> list[str]:
     return [os.path.join(work.local, f"from-step-{step}", f"host-{i:03d}.jsonl") for i in range(hosts)]
 
 
-def full_streams(params: dict, work: workdir.Workdir) -> list[str]:
-    """Each host's stream from step 0 (written once per working directory)."""
-    t, hosts = params["train"], hardware.hosts(params)
-    out = stream_names(params, work)
+def write_streams(
+    params: dict, work: workdir.Workdir, source: str, seed: int, epochs: int, packing=lambda: None
+) -> list[str]:
+    """Each host's stream of `source` from step 0, shuffled per epoch (train and preference):
+    written once per working directory, the missing ones only. `packing`: makes the
+    stream.Packing to arrange them for MaxText's packer, or None; called only if one is missing."""
+    out, hosts = stream_names(params, work), hardware.hosts(params)
     missing = [i for i, path in enumerate(out) if not os.path.exists(path)]
     if missing:
-        packing = stream.packing_for(params, np.load(os.path.join(paths.LENGTHS, "train.npy")))
+        arranged = packing()
         for i in missing:
             os.makedirs(os.path.dirname(out[i]), exist_ok=True)
-            stream.write(os.path.join(paths.DATA, "train.jsonl"), out[i], t["seed"], t["num_epochs"], packing, hosts, i)
+            stream.write(source, out[i], seed, epochs, arranged, hosts, i)
     return out
+
+
+def continue_streams(params: dict, work: workdir.Workdir, step: int, full: list[str], used: list[int]):
+    """After a resume at `step`: each host's stream past the `used` rows its steps took. Returns
+    the streams' names and the rows left in them."""
+    resumed, left = resumed_names(params, work, step), 0
+    for source, rows, out in zip(full, used, resumed, strict=True):
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        left += stream.skip(source, rows, out)
+    return resumed, left
+
+
+def full_streams(params: dict, work: workdir.Workdir) -> list[str]:
+    """Each host's stream of the chat data from step 0, arranged for MaxText's packer."""
+    t = params["train"]
+
+    def packing():  # the token lengths are read only if a stream is missing
+        return stream.packing_for(params, np.load(os.path.join(paths.LENGTHS, "train.npy")))
+
+    return write_streams(params, work, os.path.join(paths.DATA, "train.jsonl"), t["seed"], t["num_epochs"], packing)
 
 
 def streams_from(params: dict, work: workdir.Workdir, step: int) -> list[str]:
@@ -105,10 +128,7 @@ def streams_from(params: dict, work: workdir.Workdir, step: int) -> list[str]:
     with open(os.path.join(work.local, report)) as f:
         consumed = json.load(f)["rows"]
     consumed = consumed if isinstance(consumed, list) else [consumed]
-    resumed = resumed_names(params, work, step)
-    for source, rows, out in zip(full, consumed, resumed, strict=True):
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        stream.skip(source, rows, out)
+    resumed, _ = continue_streams(params, work, step, full, consumed)
     print(
         f"train: resuming at step {step}: the data stream continues after the {sum(consumed)} conversations "
         "those steps trained on",
