@@ -398,7 +398,7 @@ def test_gemma_3s_maxtext_arithmetic_is_maxtexts_own():
 
 @pytest.mark.parametrize("layout", ["hub", "transformers"])
 def test_an_image_text_gemma_3_loads_as_its_language_model_alone(tmp_path, layout):
-    """families.language_model, which the gates and evaluate's generations use: Gemma 3 4B's
+    """families.language_model, which the gates and the benchmark's generations use: Gemma 3 4B's
     files hold a vision tower that text never runs; loaded without it, in either tensor
     layout, the model gives the whole model's logits exactly, and the tower's tensors are
     not in memory."""
