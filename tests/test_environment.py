@@ -49,26 +49,28 @@ def test_the_pytorch_index_pins_are_maxtexts_own():
     assert wanted == pins(ROOT / "requirements" / "tpu-pytorch-index.txt")
 
 
+UV = [Path(sys.executable).parent / "uv", "pip"]
+VM_PLATFORM = ["--python-version", "3.12", "--python-platform", "x86_64-manylinux_2_35"]  # the tutorial's image
+
+
+def planned_for_the_vm(lock: Path, target: Path) -> set[str]:
+    """The `name==version` of each distribution uv picks for a lock's pins on the VM's platform,
+    without installing anything: a pin with no wheel or sdist there fails here, not on the VM."""
+    proc = subprocess.run(
+        [*UV, "install", "--dry-run", "--no-deps", *VM_PLATFORM, "--target", target, "-r", lock],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return set(re.findall(r"^ \+ ([A-Za-z0-9_.-]+==\S+)$", proc.stdout + proc.stderr, flags=re.M))
+
+
 @pytest.mark.slow  # asks PyPI for every pinned version: seconds with uv's cache, longer without
 def test_every_pin_of_the_tpu_lock_has_a_distribution_for_the_vm(tmp_path):
     """uv picks a distribution for each pin for the tutorial image's platform (Linux x86_64,
     glibc 2.35, Python 3.12) without installing anything: a pin with no wheel or sdist there
     fails here, not on the VM."""
-    proc = subprocess.run(
-        [Path(sys.executable).parent / "uv", "pip", "install", "--dry-run", "--no-deps", "--python-version", "3.12"]
-        + [
-            "--python-platform",
-            "x86_64-manylinux_2_35",
-            "--target",
-            tmp_path,
-            "-r",
-            ROOT / "requirements" / "tpu.lock",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr
-    planned = set(re.findall(r"^ \+ ([A-Za-z0-9_.-]+==\S+)$", proc.stdout + proc.stderr, flags=re.M))
+    planned = planned_for_the_vm(ROOT / "requirements" / "tpu.lock", tmp_path)
     locked = pins(ROOT / "requirements" / "tpu.lock")
     assert len(planned) == len(locked) and {"libtpu==0.0.50.1", "maxtext==0.2.5"} <= planned
 
@@ -91,13 +93,11 @@ def test_the_vllm_lock_is_what_its_input_resolves_to_and_installs_on_the_vm(tmp_
     pins' versions, and every other pin is the lock's but triton (an edit of the .in without a
     re-lock shows here); then uv finds a distribution for each pin of the lock there without
     installing anything."""
-    uv = [Path(sys.executable).parent / "uv", "pip"]
-    platform_args = ["--python-version", "3.12", "--python-platform", "x86_64-manylinux_2_35"]
     lock_text = (ROOT / "requirements" / "vllm-tpu.lock").read_text()
     as_of = re.search(r"--exclude-newer (\S+)", lock_text)[1]  # PyPI as it was: releases since change nothing
     resolved = tmp_path / "resolved.txt"
     subprocess.run(
-        [*uv, "compile", ROOT / "requirements" / "vllm-tpu.in", *platform_args, "--exclude-newer", as_of]
+        [*UV, "compile", ROOT / "requirements" / "vllm-tpu.in", *VM_PLATFORM, "--exclude-newer", as_of]
         + ["-o", resolved, "--quiet"],
         check=True,
         capture_output=True,
@@ -110,14 +110,7 @@ def test_the_vllm_lock_is_what_its_input_resolves_to_and_installs_on_the_vm(tmp_
     assert {name: again.get(name) for name in locked if name != "triton"} == {
         name: v for name, v in locked.items() if name != "triton"
     }
-    proc = subprocess.run(
-        [*uv, "install", "--dry-run", "--no-deps", *platform_args, "--target", tmp_path / "t"]
-        + ["-r", ROOT / "requirements" / "vllm-tpu.lock"],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr
-    planned = set(re.findall(r"^ \+ ([A-Za-z0-9_.-]+==\S+)$", proc.stdout + proc.stderr, flags=re.M))
+    planned = planned_for_the_vm(ROOT / "requirements" / "vllm-tpu.lock", tmp_path / "t")
     assert len(planned) == len(locked) and {"vllm-tpu==0.32.0", "lm-eval==0.4.13"} <= planned
 
 
