@@ -74,8 +74,7 @@ def token_lengths(base_hf: Path, data: Path):
     """Tokens per row as MaxText counts them (what the token_lengths stage writes)."""
     from stages.in_maxtext import count_tokens as tl
 
-    found, _ = tl.lengths(tl.load_tokenizer(str(base_hf)), str(data))
-    return found
+    return tl.count(tl.load_tokenizer(str(base_hf)), str(data), "whole")["tokens"]
 
 
 def arrange(data: Path, lengths, out: Path, batch_rows: int, max_length: int, window: int) -> int:

@@ -5,8 +5,9 @@
 
 Held-out loss and perplexity of the base (models/base-maxtext) and the fine-tuned model
 (models/sft-maxtext) on data/chat/eval.jsonl, as training's in-training evaluation computes
-it (MaxText's loss with the tokenizer, chat template, completion-only masking, packing and
-batch size training used, averaged over the batches as Tunix does). Where training already
+it (MaxText's loss with the tokenizer, completion-only masking, packing and batch size
+training used, averaged over the batches as Tunix does), on the conversations rendered as
+they are served (stages/lib/rendering.py), whatever train.chat_rendering trained on. Where training already
 evaluated at step 0 (the base: a LoRA adapter starts at zero) and at its last step
 (train.eval_interval divides train.steps, as in the TPU recipes), those figures are taken
 from its DVCLive files and no model is loaded at all; otherwise MaxText computes them here
@@ -34,10 +35,16 @@ PREFERENCE_TUNED = "preference_tuned"
 
 def from_training(params: dict) -> dict | None:
     """The held-out losses training computed at step 0 and at its last step, as
-    heldout.heldout_loss reports them, or None where it did not compute both."""
+    heldout.heldout_loss reports them, or None where it did not compute both, or computed
+    them on conversations rendered otherwise than as served (train.chat_rendering)."""
     t = params["train"]
     logged = train_metrics.logged_evals()
-    if not t["eval_interval"] or t["steps"] % t["eval_interval"] or not {0, t["steps"]} <= logged.keys():
+    if (
+        not flags.served(params)
+        or not t["eval_interval"]
+        or t["steps"] % t["eval_interval"]
+        or not {0, t["steps"]} <= logged.keys()
+    ):
         return None
     return {
         name: {

@@ -48,6 +48,7 @@ from stages.lib import (
     flags,
     hardware,
     launch,
+    long_rows,
     maxtext,
     outputs,
     paths,
@@ -62,9 +63,9 @@ from stages.lib.params import load
 PROFILE = os.path.join("logs", "profile")
 
 
-def train(params: dict, work: workdir.Workdir, curve: train_metrics.Curve) -> None:
-    """Runs MaxText until the final checkpoint exists (at once, if a killed run left it),
-    logging its metrics to `curve` as it goes (a resumed run's begin with the killed one's)."""
+def train(params: dict, work: workdir.Workdir, curve: train_metrics.Curve, rows: long_rows.Fitted) -> None:
+    """Runs MaxText on `rows` until the final checkpoint exists (at once, if a killed run left
+    it), logging its metrics to `curve` as it goes (a resumed run's begin with the killed one's)."""
     total, keep = params["train"]["steps"], params["runtime"]["keep_checkpoints"]
     done = max([s for s in work.complete_steps() if s <= total], default=0)
     if done == total:
@@ -73,7 +74,7 @@ def train(params: dict, work: workdir.Workdir, curve: train_metrics.Curve) -> No
     interval = params["train"]["eval_interval"]
     curve.add(train_metrics.steps(work.metrics_file), train_metrics.evals(work.metrics_file, interval), up_to=done)
     progress = train_metrics.reporter(work.metrics_file, total, interval, on_poll=work.keeper(keep), curve=curve)
-    streams = train_data.streams_from(params, work, done)
+    streams = train_data.streams_from(params, work, done, rows)
     job = train_data.invocation(flags.train, params, work, streams, train_data.SFT)
     launch.run("train", job, params, work.name, progress)
     work.prune(keep)
@@ -123,9 +124,10 @@ def main() -> None:
     hardware.check_training_disk(
         params, work.url, checkpoint.parameter_count(paths.BASE_HF), paths.SFT_MAXTEXT, flags.lora_enabled(params)
     )
-    truncated = train_data.count_truncated(params)
     with work.lock():
         print(f"train: working directory {work.url}", flush=True)
+        rows = long_rows.fit(params, work.local)
+        print(f"train: {long_rows.said(rows.summary, params['train']['max_target_length'])}", flush=True)
         work.restore(workdir.METRICS_FILE)
         for other in work.others():
             # Not deleted: going back to those params resumes it. Said, because on a 4B run
@@ -136,7 +138,7 @@ def main() -> None:
                 flush=True,
             )
         curve = train_metrics.Curve()
-        train(params, work, curve)
+        train(params, work, curve, rows)
         publish(params, work)
         keep_profile(params, work)
         done = train_metrics.steps(work.metrics_file)
@@ -145,7 +147,7 @@ def main() -> None:
         curve.end(
             {
                 **train_metrics.summary(done, evaluations, params["hardware"]["kind"]),
-                "conversations_truncated": truncated,
+                **rows.summary,
             }
         )
         if not params["runtime"]["keep_scratch"]:

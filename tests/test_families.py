@@ -228,11 +228,11 @@ def test_tiny_qwen_has_qwen_3s_own_tokenizer_files_and_its_padded_vocabulary(tin
 
 
 def test_each_familys_template_takes_what_the_row_checks_let_through(tiny_checkpoints, tiny_base):
-    """A leading system turn, then alternating turns: MaxText's own round splitting
-    (prompt/completion by the template) works for every family, the system text kept
-    (Gemma folds it into the first user turn)."""
-    from stages.in_maxtext.count_tokens import load_tokenizer, maxtext_length
-    from stages.lib import chat
+    """A leading system turn, then alternating turns: the served rendering (and MaxText's own
+    round splitting) works for every family, the system text kept (Gemma folds it into the
+    first user turn) and never trained on."""
+    from stages.in_maxtext.count_tokens import load_tokenizer, per_round_counts
+    from stages.lib import chat, rendering
 
     row = [
         {"role": "system", "content": "Answer in French."},
@@ -245,7 +245,9 @@ def test_each_familys_template_takes_what_the_row_checks_let_through(tiny_checkp
     for path in [tiny_base, *tiny_checkpoints.values()]:
         tokenizer = load_tokenizer(str(path))
         assert "Answer in French." in tokenizer.apply_chat_template(row, tokenize=False)
-        assert maxtext_length(tokenizer, row) > 10
+        trained = "".join(text for text, learned in rendering.render(tokenizer, row).pieces() if learned)
+        assert "French" not in trained and "Bonjour." in trained
+        assert per_round_counts(tokenizer, row)[0] > len(rendering.render(tokenizer, row).ids) > 10
 
 
 def test_the_family_recipes_are_their_families():

@@ -1,28 +1,30 @@
-"""How many tokens MaxText's SFT pipeline makes of each conversation, for every row of a split.
+"""How many tokens MaxText's SFT pipeline makes of each conversation, and how many it trains
+on, for every row of a split; the same for the conversation cut after each assistant turn
+(what `train.long_conversations: whole_turns` keeps of a long one).
 
 Run by the token_lengths stage (through stages.in_maxtext.main, for MaxText's environment):
 
     python -m stages.in_maxtext.main stages.in_maxtext.count_tokens -- --tokenizer models/base-hf \
-        --split data/chat/train.jsonl train.npy --split data/chat/eval.jsonl eval.npy
+        --rendering whole --split data/chat/train.jsonl lengths/train --split data/chat/eval.jsonl lengths/eval
 
-MaxText's pipeline (hf_data_processing, use_sft) templates each user/assistant round on its
-own (`input_pipeline_utils.apply_chat_template`, which splits it into prompt and completion)
-and tokenizes the pieces; a conversation's length is the sum over its rounds, before
-max_target_length cuts it. Doing exactly that per row is ~6 tokenizer passes per round, in
-Python; here every round is templated once and all rounds are tokenized in batches by the
-Rust tokenizer, on every core. The two agree row for row (tests/test_token_lengths.py); each
-run also checks a sample of rows against MaxText's own functions and, should a template
-ever make them differ, computes every row MaxText's way instead.
+Writes, for each split, <out>.npy (tokens per row, before max_target_length cuts it) and
+<out>-turns.npz: `turns` (assistant turns per row) and, flat, row after row, `cut_tokens` and
+`cut_trained` for the conversation ending after its 1st, 2nd, ... assistant turn (the last
+is the whole conversation).
+
+`--rendering whole` (train.chat_rendering, the default): the conversation as served
+(stages/lib/rendering.py), rendered once, tokenized in batches by the Rust tokenizer; a
+conversation cut after turn k is the template's rendering of its first messages, and trains
+on the same answers' tokens as the whole one's first k. `per_round`: MaxText 0.2.5's own
+functions (input_pipeline_utils: apply_chat_template, tokenization), row by row.
 """
 
 import argparse
 import json
-import random
 
 import numpy as np
 
-SAMPLE = 64  # rows checked against MaxText's own functions in every run
-BATCH = 4096  # rounds tokenized at once: memory stays flat however large the split
+BATCH = 1024  # conversations rendered and tokenized at once: memory stays flat however large the split
 
 
 def load_tokenizer(path: str):
@@ -35,48 +37,44 @@ def load_tokenizer(path: str):
     )
 
 
-def rounds(messages: list[dict]) -> list[list[dict]]:
-    """The conversation as MaxText templates it: one list per round, ending with the
-    assistant's turn (a leading system message belongs to the first round)."""
-    out, current = [], []
-    for m in messages:
-        current.append(m)
-        if m["role"] == "assistant":
-            out.append(current)
-            current = []
+def assistant_ends(messages: list[dict]) -> list[int]:
+    """The message count of the conversation cut after each assistant turn."""
+    return [i + 1 for i, m in enumerate(messages) if m["role"] == "assistant"]
+
+
+def whole_counts(tokenizer, batch: list[list[dict]]) -> list[tuple[int, list[int], list[int]]]:
+    """(tokens, cut_tokens, cut_trained) of each conversation, rendered as served."""
+    from stages.lib import rendering
+
+    rendered = rendering.render_many(tokenizer, batch)
+    cuts = [messages[:end] for messages in batch for end in assistant_ends(messages)[:-1]]
+    cut_lengths = iter(
+        len(ids)
+        for ids in (
+            tokenizer(tokenizer.apply_chat_template(cuts, tokenize=False), add_special_tokens=False)["input_ids"]
+            if cuts
+            else []
+        )
+    )
+    out = []
+    for r in rendered:
+        trained = np.cumsum(r.trained)
+        cut_trained = [int(trained[end - 1]) for end in r.turn_ends]
+        cut_tokens = [next(cut_lengths) for _ in r.turn_ends[:-1]] + [len(r.ids)]
+        out.append((len(r.ids), cut_tokens, cut_trained))
     return out
 
 
-def fast_lengths(tokenizer, conversations) -> np.ndarray:
-    owners, pending, found = [], [], []
-    backend = tokenizer.backend_tokenizer
-
-    def flush():
-        texts = tokenizer.apply_chat_template(pending, tokenize=False)
-        found.extend(len(e) for e in backend.encode_batch_fast(texts, add_special_tokens=False))
-        pending.clear()
-
-    n = 0
-    for n, messages in enumerate(conversations, start=1):
-        for r in rounds(messages):
-            owners.append(n - 1)
-            pending.append(r)
-        if len(pending) >= BATCH:
-            flush()
-    if pending:
-        flush()
-    out = np.zeros(n, dtype=np.int64)
-    np.add.at(out, np.asarray(owners, dtype=np.int64), np.asarray(found, dtype=np.int64))
-    return out.astype(np.int32)
-
-
-def maxtext_length(tokenizer, messages: list[dict]) -> int:
-    """One conversation's length computed by MaxText's own functions."""
+def per_round_counts(tokenizer, messages: list[dict]) -> tuple[int, list[int], list[int]]:
+    """The same, by MaxText 0.2.5's own functions: each round templated alone."""
     from maxtext.input_pipeline import input_pipeline_utils as mt
 
     example = mt.apply_chat_template({"messages": messages}, tokenizer, "messages")
     example = mt.tokenization(example, tokenizer, truncation=False, max_length=None, column_names=["messages"])
-    return sum(len(ids) for ids in example["messages"])
+    lengths = [len(ids) for ids in example["messages"]]  # prompt, completion, prompt, completion, ...
+    tokens = np.cumsum(lengths)[1::2]
+    trained = np.cumsum([n if not prompt else 0 for n, prompt in zip(lengths, example["is_prompt"], strict=True)])
+    return int(tokens[-1]), [int(t) for t in tokens], [int(t) for t in trained[1::2]]
 
 
 def read(jsonl: str):
@@ -86,32 +84,45 @@ def read(jsonl: str):
                 yield json.loads(line)["messages"]
 
 
-def lengths(tokenizer, jsonl: str, seed: int = 0) -> tuple[np.ndarray, str]:
-    """(every row's length, how it was computed)."""
-    found = fast_lengths(tokenizer, read(jsonl))
-    sample = sorted(random.Random(seed).sample(range(len(found)), min(SAMPLE, len(found))))
-    rows = {i: m for i, m in enumerate(read(jsonl)) if i in set(sample)}
-    if all(maxtext_length(tokenizer, rows[i]) == found[i] for i in sample):
-        return found, f"batched, {len(sample)} rows checked against MaxText's own functions"
-    print(
-        "token_lengths: the batched count differs from MaxText's on this chat template; counting every row "
-        "MaxText's way (slower)",
-        flush=True,
-    )
-    return np.asarray([maxtext_length(tokenizer, m) for m in read(jsonl)], dtype=np.int32), "MaxText's own functions"
+def batches(rows, size: int):
+    batch = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def count(tokenizer, jsonl: str, rendering: str) -> dict[str, np.ndarray]:
+    tokens, turns, cut_tokens, cut_trained = [], [], [], []
+    for batch in batches(read(jsonl), BATCH):
+        if rendering == "whole":
+            counted = whole_counts(tokenizer, batch)
+        else:
+            counted = [per_round_counts(tokenizer, messages) for messages in batch]
+        for total, cuts, trained in counted:
+            tokens.append(total)
+            turns.append(len(cuts))
+            cut_tokens += cuts
+            cut_trained += trained
+    found = {"tokens": tokens, "turns": turns, "cut_tokens": cut_tokens, "cut_trained": cut_trained}
+    return {name: np.asarray(values, dtype=np.int32) for name, values in found.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokenizer", required=True)
-    parser.add_argument("--split", nargs=2, action="append", required=True, metavar=("JSONL", "NPY"))
+    parser.add_argument("--rendering", choices=("whole", "per_round"), default="whole")
+    parser.add_argument("--split", nargs=2, action="append", required=True, metavar=("JSONL", "OUT"))
     args = parser.parse_args()
     tokenizer = load_tokenizer(args.tokenizer)
     for jsonl, out in args.split:
-        found, how = lengths(tokenizer, jsonl)
-        np.save(out, found)
-        median = int(np.median(found)) if len(found) else 0
-        print(f"token_lengths: {len(found)} rows of {jsonl}, median {median} tokens ({how})", flush=True)
+        found = count(tokenizer, jsonl, args.rendering)
+        np.save(f"{out}.npy", found.pop("tokens"))
+        np.savez(f"{out}-turns.npz", **found)
+        print(f"token_lengths: {jsonl} counted ({args.rendering} rendering)", flush=True)
 
 
 if __name__ == "__main__":

@@ -23,9 +23,10 @@ import json
 import sys
 
 
-def packed_batches(maxtext_args: list[str]):
+def training_batches(maxtext_args: list[str]):
     """MaxText's SFT training batches for these flags, as its trainer receives them (one per
-    micro-step): (config, an iterator of `inputs_segmentation` arrays, 0 = padding)."""
+    micro-step): (config, an iterator of {name: numpy array}: inputs, targets, their
+    segmentation (0 = padding, or a target not trained on) and positions)."""
     import jax
     import numpy as np
     from maxtext.configs import pyconfig
@@ -35,11 +36,12 @@ def packed_batches(maxtext_args: list[str]):
     config = pyconfig.initialize_pydantic(["data_position", *maxtext_args])
     mesh = maxtext_utils.get_mesh_from_config(config)
     batches = hf_data_processing.make_hf_train_iterator(config, mesh, [jax.process_index()])
-    return config, (np.asarray(batch["inputs_segmentation"]) for batch in batches)
+    return config, ({name: np.asarray(value) for name, value in batch.items()} for batch in batches)
 
 
 def consumed_rows(maxtext_args: list[str], steps: int) -> int:
-    config, segmentations = packed_batches(maxtext_args)
+    config, batches = training_batches(maxtext_args)
+    segmentations = (batch["inputs_segmentation"] for batch in batches)
     micro_batches = steps * max(1, config.gradient_accumulation_steps)  # Tunix takes one per micro-step
     rows = 0
     for _ in range(micro_batches):

@@ -146,6 +146,9 @@ def main() -> None:
     parser.add_argument("--hf-layout", default="transformers", help="tensor-name layout of the HF checkpoint read")
     parser.add_argument("--validate-only", action="store_true", help="only run MaxText's config validation on ARGS")
     parser.add_argument("--fetch", action="append", default=[], metavar="URL=DIR", help="copy URL to DIR first")
+    parser.add_argument(
+        "--served-chat", action="store_true", help="SFT data rendered as served (stages/in_maxtext/served_chat.py)"
+    )
     ours = parser.parse_args(sys.argv[1:split])
     maxtext_args = [in_this_install(a) for a in sys.argv[split + 1 :]]
     for pair in ours.fetch:
@@ -173,6 +176,10 @@ def main() -> None:
         tables_read_the_config(name)
     if ours.hf_layout != "transformers":
         read_layout(name, ours.hf_layout)
+    if ours.served_chat:
+        from stages.in_maxtext import served_chat
+
+        served_chat.install()
     preload_imports(ours.module)
     sys.argv = [ours.module] + maxtext_args
     # alter_sys=False: this light module stays __main__, so the processes grain spawns for

@@ -45,6 +45,7 @@ class Invocation:
     hf_config: str | None = None  # checkpoint whose config.json replaces MaxText's table entry
     model_name: str | None = None  # ... for this model_name (given with hf_config or hf_layout)
     hf_layout: str | None = None  # tensor-name layout of the HF checkpoint read
+    served_chat: bool = False  # MaxText's SFT pipeline renders conversations as served (in_maxtext/served_chat.py)
     env: dict[str, str] = field(default_factory=dict)  # on top of maxtext.child_env
     fetch: dict[str, str] = field(default_factory=dict)  # {gs:// dir: local dir} copied first, on each worker
 
@@ -151,6 +152,12 @@ def data(
     ]
 
 
+def served(params: dict) -> bool:
+    """Whether training renders conversations as served (train.chat_rendering whole) rather
+    than MaxText's own way: the one place this is decided."""
+    return params["train"]["chat_rendering"] == "whole"
+
+
 def lora_enabled(params: dict) -> bool:
     """Whether training trains a LoRA adapter: the one place this is decided."""
     return params["train"]["lora"]["enabled"]
@@ -253,7 +260,7 @@ def train(
         *checkpoint_storage(params),
         *profiler(params),
     ]
-    return Invocation(TRAIN_SFT, args, fetch=staged.fetch if staged else {})
+    return Invocation(TRAIN_SFT, args, served_chat=served(params), fetch=staged.fetch if staged else {})
 
 
 def preference_data(p: dict, train_file: str | None = None, staged: Staged | None = None) -> list[str]:
@@ -360,15 +367,40 @@ def data_position(
             *_training(cpu),
             f"base_output_directory={output_dir}",
         ],
+        served_chat=served(params),
         env={"XLA_FLAGS": f"--xla_force_host_platform_device_count={hardware.devices_per_host(params)}"},
     )
 
 
-def count_tokens(splits: dict[str, str]) -> Invocation:
-    """Tokens per conversation of each {jsonl: npy} (stages/in_maxtext/count_tokens.py), with the
-    tokenizer training uses."""
-    pairs = [a for jsonl, npy in splits.items() for a in ("--split", _abs(jsonl), _abs(npy))]
-    return Invocation("stages.in_maxtext.count_tokens", ["--tokenizer", _abs(paths.BASE_HF), *pairs])
+def batches(params: dict, data_file: str, output_dir: str, rows: int, report: str) -> Invocation:
+    """MaxText's training rows of `data_file` (stages/in_maxtext/batches.py): training's input
+    pipeline and rendering, on this machine's CPU, one host's batches (tools/batches.py)."""
+    cpu = on_cpu(params)
+    return Invocation(
+        "stages.in_maxtext.batches",
+        [
+            "--rows",
+            str(rows),
+            "--report",
+            report,
+            "--",
+            config_file(TRAIN_SFT),
+            *common(cpu),
+            *data(cpu, data_file, workers=0),
+            *_training(cpu),
+            f"base_output_directory={output_dir}",
+        ],
+        served_chat=served(params),
+    )
+
+
+def count_tokens(splits: dict[str, str], rendering: str) -> Invocation:
+    """Tokens per conversation of each {jsonl: output prefix} (stages/in_maxtext/count_tokens.py),
+    with the tokenizer and rendering training uses."""
+    pairs = [a for jsonl, out in splits.items() for a in ("--split", _abs(jsonl), _abs(out))]
+    return Invocation(
+        "stages.in_maxtext.count_tokens", ["--tokenizer", _abs(paths.BASE_HF), "--rendering", rendering, *pairs]
+    )
 
 
 def merge_lora(params: dict, adapter: str, out: str) -> Invocation:
@@ -517,6 +549,7 @@ def heldout(
             f"per_device_batch_size={params['train']['per_device_batch_size']}",
             *pair_args,
         ],
+        served_chat=True,  # the held-out loss of conversations as they are served, whatever training did
         env=one_host_env(params),
     )
 

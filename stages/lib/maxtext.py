@@ -89,6 +89,8 @@ def command(invocation: Invocation) -> list[str]:
         cmd += ["--hf-config", invocation.hf_config]
     if invocation.hf_layout:
         cmd += ["--hf-layout", invocation.hf_layout]
+    if invocation.served_chat:
+        cmd += ["--served-chat"]
     for url, local in sorted(invocation.fetch.items()):
         cmd += ["--fetch", f"{url}={local}"]
     return cmd + ["--"] + invocation.args

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from stages.lib import families, hardware
+from stages.lib import families, hardware, long_rows, rendering
 from stages.lib.errors import UserError
 
 PARAMS_FILE = "params.yaml"
@@ -163,6 +163,17 @@ class TrainParams(Section):
         "fills its rows (stages/lib/stream.py; a row moves at most about this far); 0: as shuffled",
     )
     completion_only_loss: Bool(doc="train on the assistant's turns only")
+    chat_rendering: Choice(
+        *rendering.RENDERINGS,
+        doc="whole: each conversation through the chat template once, as it is served; per_round: MaxText "
+        "0.2.5's own (each round alone: a BOS before every round, Qwen 3's think block in every answer), "
+        "kept to measure the difference (stages/lib/rendering.py)",
+    )
+    long_conversations: Choice(
+        *long_rows.POLICIES,
+        doc="conversations over max_target_length tokens: truncate (MaxText cuts them), drop, or whole_turns "
+        "(cut after the last assistant turn that fits; stages/lib/long_rows.py)",
+    )
     num_epochs: Int(1)
     checkpoint_period: Int(1, doc="steps between checkpoints: what a preemption can lose at most")
     eval_interval: Int(0, doc="held-out loss every N steps; 0: never")

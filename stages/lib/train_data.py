@@ -25,9 +25,8 @@ import os
 from dataclasses import dataclass
 
 import fsspec
-import numpy as np
 
-from stages.lib import flags, hardware, launch, maxtext, paths, stream, workdir
+from stages.lib import flags, hardware, launch, long_rows, maxtext, paths, stream, workdir
 
 TOKENIZER_SKIP = (".safetensors", ".safetensors.index.json", ".bin", ".pth")  # weights: not the tokenizer's
 
@@ -45,21 +44,6 @@ class JobInputs:
 
 SFT = JobInputs("train", paths.BASE_MAXTEXT, paths.BASE_MAXTEXT_PARAMS, paths.DATA, "the base checkpoint")
 PREFERENCE = JobInputs("preference", paths.SFT_MAXTEXT, paths.SFT_PARAMS, paths.PREFERENCE_DATA, "the SFT model")
-
-
-def count_truncated(params: dict) -> int:
-    """Conversations longer than train.max_target_length (from the token_lengths stage): said,
-    since MaxText cuts them silently and their ends, usually the answer, are never trained on."""
-    max_length = params["train"]["max_target_length"]
-    lengths = np.load(os.path.join(paths.LENGTHS, "train.npy"))
-    too_long = int((lengths > max_length).sum())
-    if too_long:
-        print(
-            f"train: {too_long} of {len(lengths)} training conversations are longer than train.max_target_length="
-            f"{max_length} tokens; MaxText truncates them, so their ends are never trained on",
-            flush=True,
-        )
-    return too_long
 
 
 def stream_names(params: dict, work: workdir.Workdir) -> list[str]:
@@ -102,19 +86,17 @@ def continue_streams(params: dict, work: workdir.Workdir, step: int, full: list[
     return resumed, left
 
 
-def full_streams(params: dict, work: workdir.Workdir) -> list[str]:
-    """Each host's stream of the chat data from step 0, arranged for MaxText's packer."""
+def full_streams(params: dict, work: workdir.Workdir, rows: long_rows.Fitted) -> list[str]:
+    """Each host's stream of the training rows from step 0, arranged for MaxText's packer."""
     t = params["train"]
-
-    def packing():  # the token lengths are read only if a stream is missing
-        return stream.packing_for(params, np.load(os.path.join(paths.LENGTHS, "train.npy")))
-
-    return write_streams(params, work, os.path.join(paths.DATA, "train.jsonl"), t["seed"], t["num_epochs"], packing)
+    return write_streams(
+        params, work, rows.rows, t["seed"], t["num_epochs"], lambda: stream.packing_for(params, rows.lengths)
+    )
 
 
-def streams_from(params: dict, work: workdir.Workdir, step: int) -> list[str]:
+def streams_from(params: dict, work: workdir.Workdir, step: int, rows: long_rows.Fitted) -> list[str]:
     """The streams MaxText reads: from their start, or after the rows `step` finished steps used."""
-    full = full_streams(params, work)
+    full = full_streams(params, work, rows)
     if step == 0:
         return full
     report = f"position-{step}.json"  # computed once per resume point, kept beside the checkpoints
