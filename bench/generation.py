@@ -23,17 +23,20 @@ from stages.lib import paths
 from stages.lib.params import load
 
 
-def one_at_a_time(model, tokenizer, prompts: list[str], max_new_tokens: int) -> list[str]:
+def one_at_a_time(model, tokenizer, prompts: list, max_new_tokens: int, end_of_turn: str) -> list[str]:
     import torch
+
+    from stages.lib.answers import conversation
 
     answers = []
     for prompt in prompts:
         inputs = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+            conversation(prompt), add_generation_prompt=True, return_tensors="pt", return_dict=True
         )
         with torch.no_grad():
             out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
-        answers.append(tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True).strip())
+        said = tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+        answers.append(said.split(end_of_turn, 1)[0].strip())
     return answers
 
 
@@ -52,15 +55,16 @@ def main() -> None:
     name = params["model"]["maxtext_name"]
     model = families.language_model(paths.BASE_HF, name)
     tokenizer = left_padding_tokenizer(paths.BASE_HF)
-    greedy_answers(model, tokenizer, prompts[:1], 2)  # warm-up: first allocations
+    end_of_turn = families.of(name).END_OF_TURN
+    greedy_answers(model, tokenizer, prompts[:1], 2, end_of_turn)  # warm-up: first allocations
     seconds = {"A": [], "B": []}
     answers = {}
     for way in ("A", "B", "B", "A") * args.reps:
         start = time.perf_counter()
         if way == "A":
-            answers[way] = one_at_a_time(model, tokenizer, prompts, max_new_tokens)
+            answers[way] = one_at_a_time(model, tokenizer, prompts, max_new_tokens, end_of_turn)
         else:  # the stage's own function, on the same loaded model
-            answers[way] = greedy_answers(model, tokenizer, prompts, max_new_tokens)
+            answers[way] = greedy_answers(model, tokenizer, prompts, max_new_tokens, end_of_turn)
         seconds[way].append(time.perf_counter() - start)
     a, b = statistics.median(seconds["A"]), statistics.median(seconds["B"])
     steps = len(prompts) * max_new_tokens

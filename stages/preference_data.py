@@ -19,7 +19,7 @@ Off, it writes a note in data/preference/ (always the same bytes) and reads noth
 import json
 import os
 
-from stages.lib import chat, hardware, hub, outputs, paths, preference_pairs
+from stages.lib import chat, hardware, hub, outputs, package_data, paths, preference_pairs
 from stages.lib.cli import run
 from stages.lib.params import load
 
@@ -35,7 +35,7 @@ OFF_TEXT = (
 def select(d: dict, split: str) -> tuple[str, object, chat.Selection]:
     """(where, rows, selection) of one split: the one place `preference.data.*` becomes a row
     check (this stage and tools/validate.py both read pairs through it)."""
-    where, rows = chat.split_rows(d, split)
+    where, rows = chat.split_rows(d, split, "preference.data")
     selection = chat.Selection(
         where,
         None,
@@ -99,6 +99,8 @@ def main() -> None:
     d = pref["data"]
     if d["source"] == "hub":
         hub.check_access(d["repo_id"], d["revision"], "dataset")
+    if d["source"] == "package":  # before anything is written
+        package_data.locate(d["package"], "preference.data.package")
     tokenizer = tokenizer_as_maxtext()
     counts = {"enabled": True}
     with outputs.staged_dir(OUT) as tmp:

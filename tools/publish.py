@@ -133,8 +133,12 @@ def model_card(params: dict, check: dict, repo_id: str) -> str:
             "|\n"
         )
     benchmarks = (outputs.read_json(os.path.join("metrics", "benchmark.json")) or {}).get("benchmark", {})
-    for name, score in benchmarks.items():  # lm-eval's scores (stages/benchmark.py)
-        loss += f"| {name} (lm-eval) | {score['base']:.4f} | {score['fine_tuned']:.4f} |\n"
+    for name, score in benchmarks.items():  # lm-eval's scores and standard errors (stages/benchmark.py)
+        base, tuned = (
+            f"{score[who]:.4f}" + (f" ± {score[f'{who}_stderr']:.4f}" if score.get(f"{who}_stderr") is not None else "")
+            for who in ("base", "fine_tuned")
+        )
+        loss += f"| {name} (lm-eval) | {base} | {tuned} |\n"
     rounding = check.get("rounding", {})
     lines = [
         "---",

@@ -33,12 +33,34 @@ def recipes() -> dict[str, str]:
     }
 
 
+class Replace(dict):
+    """A mapping tagged `!replace` in a recipe: it replaces the one it extends instead of
+    merging into it (a gate naming other tasks than the parent's: recipes/small-chat.yaml)."""
+
+
+class RecipeLoader(yaml.SafeLoader):
+    pass
+
+
+RecipeLoader.add_constructor("!replace", lambda loader, node: Replace(loader.construct_mapping(node, deep=True)))
+
+
+def read(path: str) -> dict:
+    with open(path) as f:
+        return yaml.load(f, Loader=RecipeLoader) or {}
+
+
 def overlay(base: dict, changes: dict) -> dict:
-    """`base` with `changes` applied key by key: a mapping merges into a mapping, anything else
-    (a value, a list, null) replaces what was there."""
+    """`base` with `changes` applied key by key: a mapping merges into a mapping (unless it is
+    tagged `!replace`), anything else (a value, a list, null) replaces what was there."""
     out = dict(base)
     for key, value in changes.items():
-        out[key] = overlay(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+        if isinstance(value, Replace):
+            out[key] = dict(value)
+        elif isinstance(value, dict) and isinstance(base.get(key), dict):
+            out[key] = overlay(base[key], value)
+        else:
+            out[key] = value
     return out
 
 
@@ -52,8 +74,7 @@ def chain(name: str) -> list[str]:
                 + (f" (extended by {seen[-2]})" if len(seen) > 1 else "")
                 + f"; choose one of: {', '.join(available)}"
             )
-        with open(available[seen[-1]]) as f:
-            parent = (yaml.safe_load(f) or {}).get(EXTENDS)
+        parent = read(available[seen[-1]]).get(EXTENDS)
         if parent is None:
             return seen[::-1]
         if parent in seen:
@@ -74,8 +95,7 @@ def params_text(name: str) -> str:
             return f.read()
     merged: dict = {}
     for path in paths:
-        with open(path) as f:
-            merged = overlay(merged, {k: v for k, v in yaml.safe_load(f).items() if k != EXTENDS})
+        merged = overlay(merged, {k: v for k, v in read(path).items() if k != EXTENDS})
     header = (
         f"# The {name} recipe, written by `python -m tools.recipe {name}`: recipes/{names[-1]}.yaml"
         + "".join(f"\n# over recipes/{n}.yaml" for n in reversed(names[:-1]))

@@ -30,10 +30,10 @@ def check_local(d: dict, select, what: str, skipper: str) -> None:
 def main() -> None:
     params = load()
     print("params.yaml: ok")
-    if params["dataset"]["source"] == "local":
+    if params["dataset"]["source"] in ("local", "package"):
         check_local(params["dataset"], dataset.select, "conversations", "rows the dataset stage")
     pd = params["preference"]["data"]
-    if params["preference"]["enabled"] and pd["source"] == "local":
+    if params["preference"]["enabled"] and pd["source"] in ("local", "package"):
         check_local(pd, preference_data.select, "preference pairs", "pairs the preference_data stage")
     if os.path.exists(os.path.join(BASE, "config.json")):
         families.check_convertible(BASE, params["model"]["maxtext_name"])

@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from stages.lib import hub
+from stages.lib import package_data
 from stages.lib.errors import UserError
 
 ROLES = ("system", "user", "assistant")
@@ -32,8 +32,9 @@ SHAREGPT_ROLES = {"system": "system", "human": "user", "gpt": "assistant", "user
 MAX_ROW_BYTES = 16 * 2**20
 
 
-def problem(row) -> str | None:
-    """What is wrong with one row, or None if it is trainable."""
+def problem(row, last: str = "assistant") -> str | None:
+    """What is wrong with one row, or None if it is trainable (`last` "user": a conversation
+    waiting for the model's answer, as a prompt is)."""
     if not isinstance(row, dict):
         return f"expected an object with a 'messages' list, got {type(row).__name__}"
     messages = row.get("messages")
@@ -59,7 +60,9 @@ def problem(row) -> str | None:
         if role != expected:
             return f"messages[{i}].role: expected {expected} (turns must alternate user/assistant), got {role}"
         expected = "assistant" if role == "user" else "user"
-    if messages[-1]["role"] != "assistant":
+    if messages[-1]["role"] != last:
+        if last == "user":
+            return "the last message must be the user's (the model answers it)"
         return "the last message must be from the assistant (nothing would be trained on)"
     return None
 
@@ -123,6 +126,71 @@ def read_jsonl(path: str):
                 yield row_no, None, "nested too deeply to be a conversation"
 
 
+ARRAY_CHUNK = 1 << 20  # bytes read at a time from a JSON array file
+
+
+def read_json_array(path: str):
+    """(row number, value, problem) for every element of a file holding one JSON array of
+    records (ShareGPT's), streamed: a record at a time is decoded, whatever the file's size.
+    A file cut off inside its last record (as ShareGPT V3's is) gives that record with its
+    problem, for the bad-row policy; a record that is not JSON before the end stops the
+    stage with one line (nothing after it could be read)."""
+    decoder = json.JSONDecoder()
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror})") from None
+
+    def more() -> str:
+        try:
+            return f.read(ARRAY_CHUNK)
+        except UnicodeDecodeError:
+            raise UserError(f"{path}: not UTF-8 text; save the file as UTF-8") from None
+
+    with f:
+        buffer = more()
+        position = len(buffer) - len(buffer.lstrip())
+        if not buffer.startswith("[", position):
+            raise UserError(f"{path}: not a JSON array of records (it does not start with '[')")
+        position, row_no, eof = position + 1, 0, False
+        while True:
+            while True:  # past the whitespace and comma before the next record
+                while position < len(buffer) and buffer[position] in " \t\r\n,":
+                    position += 1
+                if position < len(buffer) or eof:
+                    break
+                buffer, position = more(), 0
+                eof = not buffer
+            if position >= len(buffer) or buffer[position] == "]":
+                return
+            row_no += 1
+            while True:
+                try:
+                    value, position = decoder.raw_decode(buffer, position)
+                    break
+                except json.JSONDecodeError as e:
+                    if not eof and len(buffer) - position <= MAX_ROW_BYTES:
+                        chunk = more()
+                        buffer, position, eof = buffer[position:] + chunk, 0, not chunk
+                        continue
+                    if eof and not buffer.rstrip().endswith("]"):
+                        yield row_no, None, "cut off: the file ends inside this record"
+                        return
+                    raise UserError(
+                        f"{path}: record {row_no} is not valid JSON ({e.msg}); nothing after it can be read"
+                    ) from None
+            yield row_no, value, None
+
+
+def read_rows(path: str):
+    """The rows of a data file: JSON Lines (.jsonl) or one JSON array of records (.json)."""
+    if path.endswith(".jsonl"):
+        return read_jsonl(path)
+    if path.endswith(".json"):
+        return read_json_array(path)
+    raise UserError(f"{path}: a data file must be JSON Lines (.jsonl) or a JSON array of records (.json)")
+
+
 def conversation(value, fmt: str, column: str | None) -> tuple[dict | None, str | None]:
     """A source row as a trainable {"messages": [...]}, or (None, what is wrong with it)."""
     record, bad = normalise(value, fmt, column)
@@ -180,16 +248,36 @@ class Selection:
             )
 
 
-def split_rows(d: dict, split: str):
+def held_out(row_no: int, every: int) -> bool:
+    """A package file's split: every `every`-th row (by its number in the file) is held out."""
+    return row_no % every == 0
+
+
+def split_rows(d: dict, split: str, section: str = "dataset"):
     """(where, rows) of one split of a data section (`dataset`, `preference.data`): rows are
-    (row number, value, problem) triples, from <local_dir>/<split>.jsonl or the Hub."""
+    (row number, value, problem) triples, from <local_dir>/<split>.jsonl, the Hub, or a
+    pinned package's file (one file: its rows split by `holdout_every`, `split` "train" or
+    "eval")."""
     if d["source"] == "local":
         where = os.path.join(d["local_dir"], f"{split}.jsonl")
         return where, read_jsonl(where)
+    if d["source"] == "package":
+        path = package_data.locate(d["package"], f"{section}.package")
+        every, want = d["holdout_every"], split == "eval"
+        rows = ((n, value, bad) for n, value, bad in read_rows(path) if held_out(n, every) == want)
+        return (
+            f"{package_data.describe(d['package'])} ({split}: {'every' if want else 'all but every'} {every}th row)",
+            rows,
+        )
+    from stages.lib import hub  # huggingface_hub: imported where a Hub source is read, not by every stage
+
     hub_rows = ((i, row, None) for i, row in enumerate(hub.load_dataset_split(d["repo_id"], d["revision"], split), 1))
     return f"{d['repo_id']} split {split}", hub_rows
 
 
 def splits(d: dict) -> list[tuple[str, str, int | None]]:
-    """(our name, the source's split, row limit) of the two splits a data stage writes."""
+    """(our name, the source's split, row limit) of the two splits a data stage writes (a
+    package's one file is split by its rows' numbers: `split_rows`)."""
+    if d["source"] == "package":
+        return [("train", "train", d["max_train_rows"]), ("eval", "eval", d["max_eval_rows"])]
     return [("train", d["train_split"], d["max_train_rows"]), ("eval", d["eval_split"], d["max_eval_rows"])]

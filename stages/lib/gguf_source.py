@@ -23,8 +23,10 @@ original's published scores.
 import hashlib
 import importlib
 import json
+import math
 import os
 import struct
+from dataclasses import dataclass
 
 from stages.lib.checkpoint import CheckpointError
 
@@ -108,29 +110,81 @@ def _skip(f, kind: int) -> None:
         raise ValueError(f"unknown metadata type {kind}")
 
 
-def architecture(path: str) -> str:
-    """`general.architecture` from a GGUF's header, reading only as far as that key (the
-    gguf package's reader parses the whole vocabulary first: ~12 s for Gemma 3's)."""
+@dataclass(frozen=True)
+class Header:
+    architecture: str | None
+    tensors: list[tuple[str, int, int]]  # (name, offset in the data section, bytes)
+    data_start: int  # where the data section starts in the file
+
+
+def _tensor_bytes(name: str, dims: list[int], kind: int) -> int:
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    try:
+        block, size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+    except (ValueError, KeyError):
+        raise ValueError(f"tensor {name} has an unknown type {kind}") from None
+    return math.prod(dims) // block * size
+
+
+def read_header(path: str) -> Header:
+    """A GGUF's header: its architecture and its tensor table, read with the standard library
+    (the gguf package's reader builds every tensor and the whole vocabulary first: ~12 s for
+    Gemma 3's, and a numpy traceback for a file cut short)."""
     with open(path, "rb") as f:
         if f.read(4) != MAGIC:
             raise CheckpointError(f"{path}: not a GGUF file (it does not start with the bytes 'GGUF')")
         try:
             _read(f, "I")  # version
-            _read(f, "Q")  # tensor count
+            tensor_count, found, alignment = _read(f, "Q"), None, 32
             for _ in range(_read(f, "Q")):
                 key, kind = _string(f), _read(f, "I")
                 if key == "general.architecture" and kind == STRING:
-                    return _string(f)
-                _skip(f, kind)
+                    found = _string(f)
+                elif key == "general.alignment" and kind in (4, 10):
+                    alignment = _read(f, SCALARS[kind])
+                else:
+                    _skip(f, kind)
+            tensors = []
+            for _ in range(tensor_count):
+                name = _string(f)
+                dims = [_read(f, "Q") for _ in range(_read(f, "I"))]
+                kind, offset = _read(f, "I"), _read(f, "Q")
+                tensors.append((name, offset, _tensor_bytes(name, dims, kind)))
         except (EOFError, ValueError) as e:
             raise CheckpointError(f"{path}: a GGUF header that cannot be read ({e or 'cut short'})") from None
-    raise CheckpointError(f"{path}: the GGUF names no general.architecture")
+        data_start = -(-f.tell() // alignment) * alignment
+    return Header(found, tensors, data_start)
+
+
+def architecture(path: str) -> str:
+    """`general.architecture` from a GGUF's header."""
+    found = read_header(path).architecture
+    if found is None:
+        raise CheckpointError(f"{path}: the GGUF names no general.architecture")
+    return found
+
+
+def check_tensor_data(path: str, header: Header) -> None:
+    """Every tensor the header lists lies whole inside the file (a file cut short, or a
+    header describing more than the file holds, is refused here, not by a numpy reshape)."""
+    size = os.path.getsize(path)
+    for name, offset, nbytes in header.tensors:
+        end = header.data_start + offset + nbytes
+        if end > size:
+            raise CheckpointError(
+                f"{path}: cut off or damaged: tensor {name} needs bytes up to {end:,} and the file has {size:,} "
+                "(download or assemble it again)"
+            )
 
 
 def check(path: str, p: dict, family) -> None:
     """One line, before anything is written, unless `path` is a GGUF of the pinned bytes and
     of the recipe's model family."""
-    found = architecture(path)  # first: a file that is no GGUF at all says so
+    header = read_header(path)  # first: a file that is no GGUF at all says so
+    found = header.architecture
+    if found is None:
+        raise CheckpointError(f"{path}: the GGUF names no general.architecture")
     digest = sha256_of(path)
     if digest != p["gguf_sha256"]:
         raise CheckpointError(
@@ -145,6 +199,7 @@ def check(path: str, p: dict, family) -> None:
             f"{path}: a GGUF of architecture {found!r}, not {family.NAME} ({expected!r}); "
             "model.maxtext_name and the file must agree"
         )
+    check_tensor_data(path, header)
 
 
 # Written by transformers for a GGUF-loaded model, and wrong for the dequantized copy: it
@@ -158,7 +213,19 @@ def dequantize(path: str, out_dir: str, family) -> None:
     import transformers
 
     directory, name = os.path.split(os.path.abspath(path))
-    model = transformers.AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
+    except (ValueError, RuntimeError, KeyError, OSError, struct.error) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise CheckpointError(
+            f"{path}: transformers cannot read the GGUF's tensors ({first[:200]}): damaged?"
+        ) from None
+    for tensor_name, tensor in model.state_dict().items():
+        if not torch.isfinite(tensor).all():
+            raise CheckpointError(
+                f"{path}: damaged: tensor {tensor_name} holds NaN or infinite values once dequantized "
+                "(download or assemble it again)"
+            )
     # transformers refuses to save a model it loaded through its GGUF quantizer ("not
     # serializable"); the weights it holds are already dequantized, so nothing is lost.
     model.hf_quantizer = None

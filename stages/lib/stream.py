@@ -134,6 +134,50 @@ def host_orders(rows: int, seed: int, epochs: int, hosts: int, host: int):
         yield permutation[host::hosts]
 
 
+def stream_order(rows: int, seed: int, epochs: int, packing: Packing | None = None, hosts: int = 1, host: int = 0):
+    """Row indices of host `host`'s stream (of a job of `hosts` processes), every epoch: the
+    seeded order, arranged for MaxText's packer where `packing` says so."""
+    if packing is not None and packing.window > 0:
+        if len(packing.lengths) != rows:
+            raise ValueError(f"{len(packing.lengths)} lengths for {rows} rows")
+        return packed_order(host_orders(rows, seed, epochs, hosts, host), packing)
+    return (i for permutation in host_orders(rows, seed, epochs, hosts, host) for i in permutation)
+
+
+def first_fit_batches(order, lengths: np.ndarray, batch_rows: int, max_length: int) -> int:
+    """How many batches grain's PackAndBatchOperation (as MaxText's SFT pipeline runs it) makes
+    of rows in this order: each row, cut to max_length, into the first of the batch's rows
+    with room for it; a row that fits in none closes the batch; the last, partial, counts."""
+    batches, free = 0, []
+    for i in order:
+        n = min(int(lengths[i]), max_length)
+        row = next((r for r, room in enumerate(free) if n <= room), None)
+        if row is None:
+            batches, free = batches + 1, [max_length] * batch_rows
+            row = 0
+        free[row] -= n
+    return batches
+
+
+def steps_fed(params: dict, lengths: np.ndarray) -> int:
+    """How many training steps the recipe's stream of rows of these token lengths feeds, every
+    epoch (what write() writes: the same order, and packing as MaxText packs it), each step
+    taking gradient-accumulation micro-batches of per-device batch x devices rows on every
+    host: the host whose stream runs out first ends the job."""
+    t = params["train"]
+    batch_rows = t["per_device_batch_size"] * hardware.devices_per_host(params)
+    hosts = hardware.hosts(params)
+    fed = []
+    for host in range(hosts):
+        order = stream_order(len(lengths), t["seed"], t["num_epochs"], packing_for(params, lengths), hosts, host)
+        if t["packing"]:
+            batches = first_fit_batches(order, lengths, batch_rows, t["max_target_length"])
+        else:
+            batches = sum(1 for _ in order) // batch_rows  # MaxText drops an incomplete last batch
+        fed.append(batches // t["gradient_accumulation_steps"])
+    return min(fed)
+
+
 def write(
     train_jsonl: str, out: str, seed: int, epochs: int, packing: Packing | None = None, hosts: int = 1, host: int = 0
 ) -> int:
@@ -143,12 +187,7 @@ def write(
     offsets = line_offsets(train_jsonl)
     tmp = f"{out}.tmp-{os.getpid()}"
     count = 0
-    epochs_here = host_orders(len(offsets), seed, epochs, hosts, host)
-    rows = (i for permutation in epochs_here for i in permutation)
-    if packing is not None and packing.window > 0:
-        if len(packing.lengths) != len(offsets):
-            raise ValueError(f"{len(packing.lengths)} lengths for {len(offsets)} rows of {train_jsonl}")
-        rows = packed_order(host_orders(len(offsets), seed, epochs, hosts, host), packing)
+    rows = stream_order(len(offsets), seed, epochs, packing, hosts, host)
     with open(train_jsonl, "rb") as src, open(tmp, "wb") as dst:
         for i in rows:
             src.seek(offsets[i])

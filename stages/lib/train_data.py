@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import fsspec
 
 from stages.lib import flags, hardware, launch, long_rows, maxtext, paths, stream, workdir
+from stages.lib.errors import UserError
 
 TOKENIZER_SKIP = (".safetensors", ".safetensors.index.json", ".bin", ".pth")  # weights: not the tokenizer's
 
@@ -44,6 +45,19 @@ class JobInputs:
 
 SFT = JobInputs("train", paths.BASE_MAXTEXT, paths.BASE_MAXTEXT_PARAMS, paths.DATA, "the base checkpoint")
 PREFERENCE = JobInputs("preference", paths.SFT_MAXTEXT, paths.SFT_PARAMS, paths.PREFERENCE_DATA, "the SFT model")
+
+
+def check_enough_data(params: dict, rows: long_rows.Fitted) -> None:
+    """Fails in one line, before MaxText starts, where train.steps asks for more batches than
+    train.num_epochs epochs of the rows feed (MaxText would stop short, maybe an hour in)."""
+    t = params["train"]
+    fed = stream.steps_fed(params, rows.lengths)
+    if t["steps"] > fed:
+        raise UserError(
+            f"train.steps: {t['num_epochs']} epoch(s) of the {len(rows.lengths)} training conversations feed "
+            f"{fed} steps (packed as MaxText packs them into rows of {t['max_target_length']} tokens), not "
+            f"{t['steps']}; lower train.steps or raise train.num_epochs"
+        )
 
 
 def stream_names(params: dict, work: workdir.Workdir) -> list[str]:

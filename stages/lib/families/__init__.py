@@ -22,6 +22,8 @@ Nothing outside this package names a family. A family module defines:
   build_tiny(out_dir, seed) -> writes a tiny checkpoint of the family, offline
   TINY          one line: what the tiny model is and where its tokenizer comes from
   PIPELINE_TAG  the Hub's task for a model card (tools/publish.py)
+  END_OF_TURN   the chat template's end-of-turn marker: where an answer ends (the benchmark's
+                stop string; training finds it in the template itself, stages/lib/rendering.py)
 
 Adding a family is one module here plus its tiny recipe (docs/families.md, "Adding a model family").
 """

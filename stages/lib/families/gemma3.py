@@ -30,6 +30,7 @@ from stages.lib.families import dimension_args, problems_in, refuse, rounded
 NAME = "Gemma 3"
 MAXTEXT_NAMES = ("gemma3-4b", "gemma3-12b", "gemma3-27b")
 PIPELINE_TAG = "image-text-to-text"  # the Hub's task for the model card (text-only checkpoints: text-generation)
+END_OF_TURN = "<end_of_turn>"  # ends each turn (token 106: added, not marked special): where an answer ends
 TINY = "Gemma 3 architecture, 8 layers, hidden 128; Gemma 3's own tokenizer and chat template (shipped with MaxText)"
 
 # Where each tower lives in the two layouts Gemma 3 checkpoints come in. MaxText's parameter

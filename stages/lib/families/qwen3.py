@@ -27,6 +27,7 @@ from stages.lib.families import dimension_args, problems_in, refuse, rounded
 NAME = "Qwen 3"
 MAXTEXT_NAMES = ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b")
 PIPELINE_TAG = "text-generation"  # the Hub's task for the model card
+END_OF_TURN = "<|im_end|>"  # ends each turn of its template: where an answer ends
 TINY = (
     "Qwen3ForCausalLM, 4 layers, hidden 128, tied embeddings; Qwen 3's own tokenizer and chat template "
     "(shipped with MaxText)"
