@@ -12,8 +12,8 @@ import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy: safetensors read
 import numpy as np
 import safetensors.numpy
 
-from stages.lib import families
-from stages.lib.checkpoint import tensor_files
+from stages.shared import families
+from stages.shared.checkpoint import tensor_files
 
 
 def _replace_json(path: str, data: dict) -> None:

@@ -2,7 +2,7 @@
 
     python -m bench.conversion --reps 1   # ~6 minutes on 2 cores, ~5 GB of free disk
 
-The checkpoint is the tiny Gemma 3 (stages/lib/families/gemma3.py) at wider, deeper dimensions (random bf16
+The checkpoint is the tiny Gemma 3 (stages/shared/families/gemma3.py) at wider, deeper dimensions (random bf16
 weights, the real vocabulary, the Hub's layout). `python -m stages.convert_in` and
 `python -m stages.convert_out` run on it as `dvc repro` would run them; convert_out's
 MaxText step (to_huggingface) is timed apart from its export check. The baseline is reading
@@ -67,7 +67,7 @@ def measure(root: Path, stage: str, module: str, source: Path) -> dict:
 def bench(work: Path, reps: int = 1, runtime_rss: dict[str, int] | None = None) -> list[Row]:
     """runtime_rss: the same processes' peaks on the tiny model (bench/pipeline.py), i.e. what
     JAX, MaxText and transformers hold before any weights; reported alongside if given."""
-    from stages.lib.families import gemma3
+    from stages.shared.families import gemma3
 
     root = new_workspace(work / "mid")
     models = root / "models"

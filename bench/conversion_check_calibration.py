@@ -22,8 +22,9 @@ import shutil
 import tempfile
 
 from bench.checkpoint_faults import edit_config, edit_tensor, reverse_heads, swap_layers, swap_tensors  # noqa: E402
-from stages.lib import checkpoint, flags, gate, maxtext, paths  # noqa: E402
+from stages.lib import flags, gates, maxtext_process, paths  # noqa: E402
 from stages.lib.params import load  # noqa: E402
+from stages.shared import checkpoint
 
 
 def variants(text: dict, model_name: str) -> list:
@@ -73,7 +74,7 @@ def main() -> None:
             fault(copy)
             copies[copy] = os.path.join(tmp, f"report-{i}.json")
         honest = os.path.join(tmp, "report-0.json")
-        maxtext.run(
+        maxtext_process.run(
             "convert_in.calibration", flags.conversion_check(params, paths.BASE_MAXTEXT, honest, copies), params
         )
         reports = []
@@ -89,7 +90,7 @@ def main() -> None:
     print(f"| {'conversion':48s} | KL max   | KL mean  | top-1  | max |dlogit| | check | failed on")
     print(f"|{'-' * 50}|----------|----------|--------|--------------|-------|----------")
     for (label, _), r in zip(rows, reports, strict=True):
-        failures = gate.threshold_failures(r, limits)
+        failures = gates.logit.threshold_failures(r, limits)
         print(
             f"| {label:48s} | {r['kl_max']:.2e} | {r['kl_mean']:.2e} | {r['top1_agreement']:.4f} | "
             f"{r['max_abs_logit_diff']:12.4f} | {'FAIL' if failures else 'pass':5s} | {'; '.join(failures)[:90]}"

@@ -30,15 +30,16 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import numpy as np  # noqa: E402
 
 from stages.in_maxtext import logit_check  # noqa: E402
-from stages.lib import flags, gate, paths  # noqa: E402
+from stages.lib import flags, paths  # noqa: E402
 from stages.lib.params import load  # noqa: E402
+from stages.shared import logits  # noqa: E402
 
 
 def kl_rows(reference: list[np.ndarray], candidate: list[np.ndarray]) -> tuple[float, float, tuple[int, int]]:
     """KL(reference || candidate): max, token-weighted mean, and (prompt, position) of the max."""
     per = []
     for r, c in zip(reference, candidate, strict=True):
-        lp, lq = gate.log_softmax(r), gate.log_softmax(c)
+        lp, lq = logits.log_softmax(r), logits.log_softmax(c)
         per.append(np.sum(np.exp(lp) * (lp - lq), axis=-1))
     worst = max(range(len(per)), key=lambda i: per[i].max())
     flat = np.concatenate(per)
@@ -168,7 +169,7 @@ def localise(maxtext_args, prompts, keeps=(0, 1, 2, 3, 6, 12, 13, 14, 15, 16, 17
         embed.embed_scale.fill_(folded)
         with torch.no_grad():
             t = hf(input_ids=torch.tensor(short)).logits[0].numpy() * (folded / exact)
-        lp, lq = gate.log_softmax(t), gate.log_softmax(m)
+        lp, lq = logits.log_softmax(t), logits.log_softmax(m)
         kl = np.sum(np.exp(lp) * (lp - lq), axis=-1)
         print(f"| {keep:14d} | " + " ".join(f"{v:.1e}" for v in kl), flush=True)
 

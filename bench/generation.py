@@ -42,8 +42,8 @@ def one_at_a_time(model, tokenizer, prompts: list, max_new_tokens: int, end_of_t
 
 def main() -> None:
 
-    from stages.lib import families
     from stages.lib.answers import greedy_answers, left_padding_tokenizer
+    from stages.shared import families
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=2)

@@ -1,4 +1,4 @@
-"""Huge pages for MaxText's memory (stages/lib/maxtext.py, HUGE_PAGES_TUNABLE): the train
+"""Huge pages for MaxText's memory (stages/lib/maxtext_process.py, HUGE_PAGES_TUNABLE): the train
 stage on the tiny recipe with glibc's malloc asking for transparent huge pages (the default)
 against without (GLIBC_TUNABLES=glibc.malloc.hugetlb=0), side by side.
 

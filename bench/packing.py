@@ -57,13 +57,13 @@ def measure(root: Path, data: Path, max_length: int, devices: int, per_device_ba
     here = os.getcwd()
     os.chdir(root)
     try:
-        from stages.lib import flags, maxtext
+        from stages.lib import flags, maxtext_process
         from stages.lib.params import load
 
         params = load()
         params["train"].update(max_target_length=max_length, per_device_batch_size=per_device_batch, num_epochs=1)
         args = flags.train(params, str(root / "packing"), "/dev/null", str(data)).args
-        env = {**maxtext.child_env(params), "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+        env = {**maxtext_process.child_env(params), "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
     finally:
         os.chdir(here)
     run = timed([sys.executable, "-m", "bench.packing", "--worker", "--", *args], root, extra_env=env)

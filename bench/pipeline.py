@@ -42,11 +42,12 @@ def by_hand_commands(root: Path) -> list[tuple[list[str], dict]]:
     try:
         import dataclasses
 
-        from stages.lib import flags, maxtext, paths, stream
+        from stages.lib import flags, maxtext_process, paths, stream
         from stages.lib.params import load
+        from stages.shared import contract
 
         params = load()
-        env = maxtext.child_env(params)
+        env = maxtext_process.child_env(params)
         work_dir = root / "by-hand-train"
         work_dir.mkdir()
         t = params["train"]
@@ -56,16 +57,16 @@ def by_hand_commands(root: Path) -> list[tuple[list[str], dict]]:
         data = str(work_dir / "stream.jsonl")
         packing = stream.packing_for(params, np.load(os.path.join(paths.LENGTHS, "train.npy")))
         stream.write(os.path.join(paths.DATA, "train.jsonl"), data, t["seed"], t["num_epochs"], packing)
-        final = work_dir / flags.SFT_RUN_NAME / "checkpoints" / str(t["steps"]) / "model_params"
+        final = work_dir / contract.SFT_RUN_NAME / "checkpoints" / str(t["steps"]) / "model_params"
         export = flags.convert_out(params, str(root / "by-hand-export"))
         export = dataclasses.replace(
             export,
             args=[f"load_parameters_path={final}" if a.startswith("load_parameters_path=") else a for a in export.args],
         )
         return [
-            (maxtext.command(flags.convert_in(params, paths.BASE_MAXTEXT)), env),
-            (maxtext.command(flags.train(params, str(work_dir), str(work_dir / "metrics.jsonl"), data)), env),
-            (maxtext.command(export), env),
+            (maxtext_process.command(flags.convert_in(params, paths.BASE_MAXTEXT)), env),
+            (maxtext_process.command(flags.train(params, str(work_dir), str(work_dir / "metrics.jsonl"), data)), env),
+            (maxtext_process.command(export), env),
         ]
     finally:
         os.chdir(here)

@@ -20,9 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gcs_server import CLIENT_ENV, GcsServer  # noqa: E402  (tests/, on the path through common)
-
 from bench.common import ROOT, Row, log, table, verdict  # noqa: E402
+from testkit.gcs_server import CLIENT_ENV, GcsServer  # noqa: E402
 
 BUCKET = "bench-bucket"
 RAW = """

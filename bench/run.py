@@ -3,6 +3,7 @@
     python -m bench.run                                 # all rows (~31 minutes on 2 cores), prints the table
     python -m bench.run --pipeline-reps 2 --markdown docs/benchmarks.md   # as recorded there (~36 minutes)
     python -m bench.run --only packing,no_change        # some benchmarks
+    python -m bench.run --list                          # what each benchmark measures; runs nothing
 
 (scripts/bench.sh builds .venv first, then runs this.) Each benchmark is a module here that
 can also run on its own; see its docstring for what exactly is compared. Exit status 1 if
@@ -46,6 +47,7 @@ BENCHMARKS = (
     "conversion",
     "remote",
 )
+MODULES = {"remote": "remote_transfer"}  # a benchmark's module, where its name differs
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 VERSIONS = ("maxtext", "google-tunix", "jax", "transformers", "grain", "dvc", "dvc-gs", "gcsfs")
 
@@ -88,7 +90,13 @@ def main() -> None:
     )
     parser.add_argument("--remote-gb", type=float, default=1.0)
     parser.add_argument("--remote-rounds", type=int, default=2)
+    parser.add_argument("--list", action="store_true", help="say what each benchmark measures, run nothing")
     args = parser.parse_args()
+    if args.list:
+        for name in BENCHMARKS:
+            module = sys.modules[f"bench.{MODULES.get(name, name)}"]
+            print(f"{name:14s} {(module.__doc__ or '').strip().splitlines()[0]}")
+        return
     chosen = args.only.split(",")
     unknown = set(chosen) - set(BENCHMARKS)
     if unknown:

@@ -4,6 +4,7 @@
 #
 #   scripts/bench.sh                                  # print the table
 #   scripts/bench.sh --markdown docs/benchmarks.md    # ... and record it
+#   scripts/bench.sh --list                           # what each benchmark measures (the fast test layer runs it)
 #
 # Builds .venv if needed. Extra arguments go to python -m bench.run.
 set -euo pipefail

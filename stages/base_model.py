@@ -4,7 +4,7 @@
 
 Sources, chosen by `base_model.source`:
   tiny - a model of `model.maxtext_name`'s family built offline from `base_model.tiny_seed`
-         (the family's build_tiny, stages/lib/families/): its real tokenizer, tiny dimensions.
+         (the family's build_tiny, stages/shared/families/): its real tokenizer, tiny dimensions.
   hub  - `base_model.repo_id` downloaded at the commit `base_model.revision`.
   gguf - a llama.cpp GGUF (`base_model.gguf_file`, or the file `base_model.gguf_package`
          assembles), pinned by `base_model.gguf_sha256`, dequantized into a float32
@@ -15,10 +15,11 @@ published, so a wrong architecture fails here rather than after conversion.
 
 import os
 
-from stages.lib import families, gguf_source, hardware, hub, outputs, paths
-from stages.lib.checkpoint import CheckpointError
+from stages.lib import gguf_source, hardware, hub, outputs, paths
 from stages.lib.cli import run
 from stages.lib.params import load
+from stages.shared import families
+from stages.shared.checkpoint import CheckpointError
 
 OUT = paths.BASE_HF
 

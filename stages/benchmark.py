@@ -47,10 +47,11 @@ import time
 
 import yaml
 
-from stages.lib import answers, benchmark_data, families, hardware, outputs, paths
+from stages.lib import answers, benchmark_data, gates, hardware, outputs, paths
 from stages.lib.cli import run
-from stages.lib.errors import StageFailed, UserError
 from stages.lib.params import load
+from stages.shared import families
+from stages.shared.errors import UserError
 
 METRICS = os.path.join("metrics", "benchmark.json")
 TABLE = os.path.join("eval", "benchmark.md")
@@ -447,30 +448,6 @@ def answer_shares(tasks: list[dict], samples: dict, tokenizer) -> dict:
     return out
 
 
-def gate_failures(found: dict, gate: dict | None) -> list[str]:
-    """One phrase per task past its limits (benchmark.gate): both scores and the limit. A fall
-    counts only where it is over max_drop and over `stderrs` standard errors of the difference
-    (sqrt of the two errors squared): a fall within the scores' own noise is no regression."""
-    failures = []
-    for name, limits in (gate or {}).items():
-        s = found[name]
-        drop = s["base"] - s["fine_tuned"]
-        errors = [s.get("base_stderr"), s.get("fine_tuned_stderr")]
-        noise = math.hypot(*errors) * (limits.get("stderrs") or 0) if None not in errors else 0.0
-        if limits["max_drop"] is not None and drop > limits["max_drop"] and drop > noise:
-            failures.append(
-                f"{name}: fine-tuned {s['fine_tuned']:.4f} vs base {s['base']:.4f}, a fall of {drop:.4f},"
-                f" more than benchmark.gate.{name}.max_drop {limits['max_drop']}"
-                + (f" and than its noise ({limits['stderrs']} standard errors: {noise:.4f})" if noise else "")
-            )
-        if limits["min_score"] is not None and s["fine_tuned"] < limits["min_score"]:
-            failures.append(
-                f"{name}: fine-tuned {s['fine_tuned']:.4f} (base {s['base']:.4f}),"
-                f" below benchmark.gate.{name}.min_score {limits['min_score']}"
-            )
-    return failures
-
-
 def _score(value: float, stderr: float | None) -> str:
     return f"{value:.4f} ± {stderr:.4f}" if stderr is not None else f"{value:.4f}"
 
@@ -562,9 +539,9 @@ def main() -> None:
             flush=True,
         )
     print(f"benchmark: wrote {METRICS}, {TABLE}, {answers.GENERATIONS}", flush=True)
-    failures = gate_failures(found, gate)
+    failures = gates.benchmark.failures(found, gate)
     if failures:
-        raise StageFailed(f"the benchmark gate failed ({'; '.join(failures)}); the scores are in {METRICS}")
+        raise gates.GateFailed("benchmark gate", failures, f"; the scores are in {METRICS}")
 
 
 if __name__ == "__main__":

@@ -22,10 +22,11 @@ import json
 import os
 import sys
 
-from stages.lib import checkpoint, families, flags, gate, hardware, maxtext, outputs, paths
+from stages.lib import flags, gates, hardware, maxtext_process, outputs, paths
 from stages.lib.cli import run
-from stages.lib.errors import StageFailed
 from stages.lib.params import load
+from stages.shared import checkpoint, contract, families
+from stages.shared.errors import StageFailed
 
 OUT = paths.BASE_MAXTEXT
 METRICS = os.path.join("metrics", "convert_check.json")
@@ -36,18 +37,20 @@ def check_conversion(params: dict, converted_dir: str) -> None:
     and a failure raises before the converted checkpoint is published."""
     report_path = f"{converted_dir}.check.json"
     try:
-        maxtext.run("convert_in.check", flags.conversion_check(params, converted_dir, report_path), params)
+        maxtext_process.run("convert_in.check", flags.conversion_check(params, converted_dir, report_path), params)
         with open(report_path) as f:
             report = json.load(f)
     finally:
         outputs.remove(report_path)
-    failures = gate.threshold_failures(report, params["convert_in"]["check"])
-    outputs.write_json(METRICS, gate.metrics(report, not failures, "conversion"))
+    failures = gates.logit.threshold_failures(report, params["convert_in"]["check"])
+    outputs.write_json(METRICS, gates.logit.metrics(report, not failures, "conversion"))
     if failures:
-        raise StageFailed(
-            f"the conversion check failed ({'; '.join(failures)}): MaxText on the converted checkpoint "
-            f"computes differently from transformers on {paths.BASE_HF}, so training would start from a "
-            f"different model. Details per prompt in {METRICS}; nothing was written to {OUT}"
+        raise gates.GateFailed(
+            "conversion check",
+            failures,
+            f": MaxText on the converted checkpoint computes differently from transformers on {paths.BASE_HF}, so "
+            f"training would start from a different model. Details per prompt in {METRICS}; nothing was written "
+            f"to {OUT}",
         )
     print(
         f"convert_in: conversion check passed (max KL {report['kl_max']:.2g}, mean {report['kl_mean']:.2g}, top-1 "
@@ -60,21 +63,23 @@ def main() -> None:
     params = load()
     families.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
     if "--dry-run" in sys.argv:
-        maxtext.dry_run("convert_in", flags.convert_in(params, OUT), params)
+        maxtext_process.dry_run("convert_in", flags.convert_in(params, OUT), params)
         return
     hardware.check_present(params)
     size = checkpoint.parameter_count(paths.BASE_HF) * checkpoint.DTYPE_BYTES[params["convert_in"]["save_dtype"]]
     hardware.check_output_disk(OUT, 1.1 * size, "the MaxText checkpoint")
     with outputs.staged_dir(OUT) as tmp:
-        maxtext.run(
+        maxtext_process.run(
             "convert_in",
             flags.convert_in(params, tmp),
             params,
-            progress=maxtext.log_progress("convert_in", "converting weights:"),
+            progress=maxtext_process.log_progress("convert_in", "converting weights:"),
             progress_every=5.0,
         )
         if not os.path.exists(os.path.join(paths.converted_params(tmp), "commit_success.txt")):
-            raise StageFailed(f"{flags.TO_MAXTEXT} exited 0 but wrote no complete checkpoint (no commit_success.txt)")
+            raise StageFailed(
+                f"{contract.TO_MAXTEXT} exited 0 but wrote no complete checkpoint (no commit_success.txt)"
+            )
         check_conversion(params, tmp)
     print(f"convert_in: wrote {OUT}", flush=True)
 

@@ -19,10 +19,10 @@ import json
 import os
 import sys
 
-from stages.lib import checkpoint, families, flags, gate, hardware, maxtext, outputs, paths
+from stages.lib import flags, gates, hardware, maxtext_process, outputs, paths
 from stages.lib.cli import run
-from stages.lib.errors import StageFailed
 from stages.lib.params import load
+from stages.shared import checkpoint, contract, families
 
 OUT = paths.SFT_HF
 METRICS = os.path.join("metrics", "export_check.json")
@@ -34,16 +34,16 @@ def check_exports(params: dict, exports: dict[str, str]) -> list[tuple[dict, lis
 
     Returns, per export, the report and the list of failures (empty: passed).
     """
-    maxtext.run("convert_out.check", flags.export_check(params, exports), params)
+    maxtext_process.run("convert_out.check", flags.export_check(params, exports), params)
     checked = []
     for report_path in exports.values():
         with open(report_path) as f:
             report = json.load(f)
-        checked.append((report, gate.failures(report, params["convert_out"]["check"])))
+        checked.append((report, gates.logit.failures(report, params["convert_out"]["check"])))
     return checked
 
 
-def failure_message(failures: list[str]) -> str:
+def failed(failures: list[str]) -> gates.GateFailed:
     """What failed, what it means, what to do: the trained parameters stay cached, so after a
     fix `dvc repro` runs convert_out (and evaluate) again, not training."""
     if any(f.startswith("config.json") for f in failures):
@@ -55,10 +55,12 @@ def failure_message(failures: list[str]) -> str:
             "the export's weights, rounded exactly as exported, compute differently in transformers than in "
             "MaxText: a tensor mapped wrongly, or a config field the two libraries read differently"
         )
-    return (
-        f"the export check failed ({'; '.join(failures)}): {cause}. Details per prompt in {METRICS}; nothing was "
-        f"written to {OUT}. The trained parameters ({paths.SFT_MAXTEXT}) are cached: once the cause is fixed, "
-        "`dvc repro` re-runs convert_out and evaluate only"
+    return gates.GateFailed(
+        "export check",
+        failures,
+        f": {cause}. Details per prompt in {METRICS}; nothing was written to {OUT}. The trained parameters "
+        f"({paths.SFT_MAXTEXT}) are cached: once the cause is fixed, `dvc repro` re-runs convert_out and evaluate "
+        "only",
     )
 
 
@@ -67,7 +69,7 @@ def main() -> None:
     c = params["convert_out"]
     families.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
     if "--dry-run" in sys.argv:
-        maxtext.dry_run("convert_out", flags.convert_out(params, OUT), params)
+        maxtext_process.dry_run("convert_out", flags.convert_out(params, OUT), params)
         return
     hardware.check_present(params)
     # MaxText's float32 export and the assembled one exist side by side for a moment.
@@ -76,11 +78,11 @@ def main() -> None:
     with outputs.staged_dir(OUT) as tmp:
         report_path = os.path.join(os.path.dirname(tmp), f".export_check-{os.getpid()}.json")
         try:
-            maxtext.run(
+            maxtext_process.run(
                 "convert_out",
                 flags.export_job(params, tmp, report_path),
                 params,
-                progress=maxtext.log_progress("convert_out", "converting weights:"),
+                progress=maxtext_process.log_progress("convert_out", "converting weights:"),
                 progress_every=5.0,
             )
             with open(report_path) as f:
@@ -89,15 +91,15 @@ def main() -> None:
             outputs.remove(report_path)
         t, seconds = report.pop("tensors"), report.pop("seconds")
         print(
-            f"convert_out: {flags.TO_HUGGINGFACE} done in {seconds['conversion']:.1f} s; assembled "
+            f"convert_out: {contract.TO_HUGGINGFACE} done in {seconds['conversion']:.1f} s; assembled "
             f"{t['fine_tuned']} fine-tuned tensors and {t['from_base']} from the base",
             flush=True,
         )
         print(f"convert_out.check: stages.in_maxtext.logit_check done in {seconds['check']:.1f} s", flush=True)
-        failures = gate.failures(report, c["check"])
-        outputs.write_json(METRICS, gate.metrics(report, passed=not failures))
+        failures = gates.logit.failures(report, c["check"])
+        outputs.write_json(METRICS, gates.logit.metrics(report, passed=not failures))
         if failures:
-            raise StageFailed(failure_message(failures))
+            raise failed(failures)
     print(
         f"convert_out: export check passed (max KL {report['kl_max']:.2g}, top-1 agreement "
         f"{report['top1_agreement']:.4f}); wrote {OUT}",

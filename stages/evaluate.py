@@ -7,7 +7,7 @@ Held-out loss and perplexity of the base (models/base-maxtext) and the fine-tune
 (models/sft-maxtext) on data/chat/eval.jsonl, as training's in-training evaluation computes
 it (MaxText's loss with the tokenizer, completion-only masking, packing and batch size
 training used, averaged over the batches as Tunix does), on the conversations rendered as
-they are served (stages/lib/rendering.py), whatever train.chat_rendering trained on. Where training already
+they are served (stages/shared/rendering.py), whatever train.chat_rendering trained on. Where training already
 evaluated at step 0 (the base: a LoRA adapter starts at zero) and at its last step
 (train.eval_interval divides train.steps, as in the TPU recipes), those figures are taken
 from its DVCLive files and no model is loaded at all; otherwise MaxText computes them here
@@ -25,9 +25,10 @@ import os
 import sys
 import tempfile
 
-from stages.lib import families, flags, hardware, maxtext, outputs, paths, train_metrics
+from stages.lib import flags, hardware, maxtext_process, outputs, paths, train_metrics
 from stages.lib.cli import run
 from stages.lib.params import load
+from stages.shared import families
 
 METRICS = os.path.join("metrics", "eval.json")
 PREFERENCE_TUNED = "preference_tuned"
@@ -85,7 +86,7 @@ def evaluation(params: dict) -> dict:
     with tempfile.TemporaryDirectory(prefix="evaluate-") as work:  # MaxText wants an output directory
         job, report = invocation(params, work, losses=trained is None)
         if job:
-            maxtext.run("evaluate", job, params)
+            maxtext_process.run("evaluate", job, params)
             with open(report) as f:
                 found = json.load(f)
     if trained:
@@ -118,7 +119,7 @@ def main() -> None:
     families.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
     if "--dry-run" in sys.argv:
         with tempfile.TemporaryDirectory(prefix="evaluate-") as work:
-            maxtext.dry_run("evaluate", invocation(params, work)[0], params)
+            maxtext_process.dry_run("evaluate", invocation(params, work)[0], params)
         return
     hardware.check_present(params)
     found = evaluation(params)

@@ -20,10 +20,10 @@ import os
 import re
 import tempfile
 
-from stages.lib import flags, hardware, maxtext, outputs
+from stages.lib import flags, hardware, maxtext_process, outputs
 from stages.lib.cli import run
-from stages.lib.errors import StageFailed, UserError
 from stages.lib.params import load
+from stages.shared.errors import StageFailed, UserError
 
 METRICS = os.path.join("metrics", "fit_check.json")
 GIB = 1024**3
@@ -98,10 +98,10 @@ def compile_once(params: dict, overrides: dict | None = None) -> dict:
     hbm = hardware.TPUS[params["hardware"]["kind"]].hbm_gib_per_chip * GIB
     with tempfile.TemporaryDirectory(prefix="fit_check-") as workdir:
         # Compiling for a TPU topology needs libtpu, not a TPU: MaxText runs on the host's CPU.
-        cpu = flags.on_cpu(params)
+        cpu = flags.placed_on_cpu(params)
         try:
-            log = maxtext.run("fit_check", flags.fit_check(params, workdir, overrides or {}), cpu)
-        except maxtext.MaxTextFailed as e:
+            log = maxtext_process.run("fit_check", flags.fit_check(params, workdir, overrides or {}), cpu)
+        except maxtext_process.MaxTextFailed as e:
             with open(e.log_path, errors="replace") as f:
                 text = f.read()
             if not finished_before_failing(text):

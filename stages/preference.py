@@ -32,21 +32,11 @@ import os
 import sys
 
 from stages import fit_check
-from stages.lib import (
-    checkpoint,
-    families,
-    flags,
-    hardware,
-    launch,
-    outputs,
-    paths,
-    train_data,
-    train_metrics,
-    workdir,
-)
+from stages.lib import flags, hardware, launch, outputs, paths, train_data, train_metrics, workdir
 from stages.lib.cli import run
-from stages.lib.errors import StageFailed
 from stages.lib.params import load
+from stages.shared import checkpoint, contract, families
+from stages.shared.errors import StageFailed
 
 LIVE_DIR = "dvclive-preference"
 # MaxText's DPO metrics beside train's (hooks.py: learning/reward_accuracy, learning/reward_margin).
@@ -167,7 +157,7 @@ def main() -> None:
         print("preference: preference.enabled is false; the SFT model is the result", flush=True)
         return
     families.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
-    work = workdir.for_params(params, "preference", flags.PREFERENCE_RUN_NAME)
+    work = workdir.for_params(params, "preference", contract.PREFERENCE_RUN_NAME)
     if "--dry-run" in sys.argv:
         streams = train_data.stream_names(params, work)
         job = train_data.invocation(flags.preference, params, work, streams, train_data.PREFERENCE, upload=False)

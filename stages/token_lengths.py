@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from stages.lib import flags, hardware, maxtext, outputs, paths
+from stages.lib import flags, hardware, maxtext_process, outputs, paths
 from stages.lib.cli import run
 from stages.lib.params import load
 
@@ -45,8 +45,7 @@ def main() -> None:
     with outputs.staged_dir(paths.LENGTHS) as tmp:
         splits = {os.path.join(paths.DATA, f"{split}.jsonl"): os.path.join(tmp, split) for split in SPLITS}
         # Tokenising only: on the CPU, leaving the accelerator (and its runtime settings) alone.
-        job = flags.count_tokens(splits, params["train"]["chat_rendering"])
-        maxtext.run("token_lengths", job, flags.on_cpu(params))
+        maxtext_process.run("token_lengths", flags.count_tokens(params, splits), flags.placed_on_cpu(params))
         report = {
             split: summary(np.load(os.path.join(tmp, f"{split}.npy")), np.load(os.path.join(tmp, f"{split}-turns.npz")))
             for split in SPLITS

@@ -32,7 +32,7 @@ Reading it: main() below is the run in order; each step's module, in the order i
   stages/lib/train_data.py     the data stream MaxText reads (stages/lib/stream.py writes it),
                                continued after a resume; a multi-host job's inputs on gs://
   stages/lib/flags.py          params -> MaxText's command line (flags.train)
-  stages/lib/maxtext.py        one MaxText process: its log, progress lines, signals
+  stages/lib/maxtext_process.py        one MaxText process: its log, progress lines, signals
   stages/lib/launch.py         ... or a job of one process per host (launcher local, slice, xpk)
   stages/in_maxtext/main.py    what that process runs: MaxText's entry point, unmodified
   stages/lib/train_metrics.py  MaxText's per-step metrics -> DVCLive, live, and the summary
@@ -43,13 +43,11 @@ import os
 import sys
 
 from stages.lib import (
-    checkpoint,
-    families,
     flags,
     hardware,
     launch,
     long_rows,
-    maxtext,
+    maxtext_process,
     outputs,
     paths,
     train_data,
@@ -57,8 +55,9 @@ from stages.lib import (
     workdir,
 )
 from stages.lib.cli import run
-from stages.lib.errors import StageFailed
 from stages.lib.params import load
+from stages.shared import checkpoint, families
+from stages.shared.errors import StageFailed
 
 PROFILE = os.path.join("logs", "profile")
 
@@ -95,7 +94,7 @@ def publish(params: dict, work: workdir.Workdir) -> None:
         trained = os.path.join(tmp, "lora" if flags.lora_enabled(params) else "params")
         work.fetch(final, trained)
         if flags.lora_enabled(params):
-            maxtext.run("train.merge", flags.merge_lora(params, trained, os.path.join(tmp, "params")), params)
+            maxtext_process.run("train.merge", flags.merge_lora(params, trained, os.path.join(tmp, "params")), params)
 
 
 def keep_profile(params: dict, work: workdir.Workdir) -> None:

@@ -79,7 +79,7 @@ def workspace(tmp_path_factory, jax_cache):
 @pytest.fixture(scope="session")
 def tiny_base(tmp_path_factory) -> Path:
     """The tiny recipe's base checkpoint (seed 0), built once: what base_model writes."""
-    from stages.lib.families import gemma3
+    from stages.shared.families import gemma3
 
     def build() -> dict:
         path = tmp_path_factory.mktemp("tiny-base")

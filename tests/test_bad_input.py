@@ -43,7 +43,7 @@ def fake_base(config_changes: dict, weights: bool = True):
     """A models/base-hf holding only a config (and an index), for convert_in's checks."""
 
     def apply(root):
-        from stages.lib.families import gemma3
+        from stages.shared.families import gemma3
 
         base = root / "models" / "base-hf"
         base.mkdir(parents=True)

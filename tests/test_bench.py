@@ -1,10 +1,29 @@
 """The benchmark suite's plumbing: what it reads from a real run, and how it records a table.
 (The benchmarks themselves run with scripts/bench.sh, not here: tests never time things.)"""
 
+import subprocess
+
 import pytest
 from test_pipeline import ALL_STAGES
 
 from bench import common, run
+from testkit.workspace import REPO, env
+
+
+def test_the_benchmark_suite_starts_from_its_documented_command(tmp_path):
+    """`scripts/bench.sh --list` as the README and docs/benchmarks.md give it: every benchmark
+    module imports outside pytest (nothing in bench/ reads tests/) and says what it measures."""
+    proc = subprocess.run(
+        [str(REPO / "scripts" / "bench.sh"), "--list"],
+        cwd=tmp_path,
+        env=env(PYTHONPATH=None),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    listed = [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
+    assert listed == list(run.BENCHMARKS), proc.stdout
 
 
 @pytest.mark.slow

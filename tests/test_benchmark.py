@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from stages import benchmark
-from stages.lib import answers
-from stages.lib.errors import UserError
+from stages.lib import answers, gates
 from stages.lib.params import load as load_params
+from stages.shared.errors import UserError
 from testkit.workspace import REPO, clone_workspace, set_param, sh, stages_run
 
 
@@ -134,21 +134,21 @@ def test_the_gate_names_the_task_both_scores_and_the_limit():
         "b": {"base": 0.50, "fine_tuned": 0.49, "change": -0.01},
     }
     gate = {"a": {"max_drop": 0.05, "min_score": None}, "b": {"max_drop": 0.05, "min_score": 0.6}}
-    assert benchmark.gate_failures(found, gate) == [
+    assert gates.benchmark.failures(found, gate) == [
         "a: fine-tuned 0.4000 vs base 0.5000, a fall of 0.1000, more than benchmark.gate.a.max_drop 0.05",
         "b: fine-tuned 0.4900 (base 0.5000), below benchmark.gate.b.min_score 0.6",
     ]
-    assert benchmark.gate_failures(found, {"a": {"max_drop": 0.2, "min_score": 0.4}}) == []  # at the limit: passes
-    assert benchmark.gate_failures(found, None) == []
+    assert gates.benchmark.failures(found, {"a": {"max_drop": 0.2, "min_score": 0.4}}) == []  # at the limit: passes
+    assert gates.benchmark.failures(found, None) == []
 
 
 def test_the_gate_allows_for_the_noise_it_measures():
     """A fall over max_drop but within `stderrs` standard errors of the difference is noise."""
     found = {"a": {"base": 0.50, "fine_tuned": 0.40, "base_stderr": 0.04, "fine_tuned_stderr": 0.03, "change": -0.1}}
     noisy = {"a": {"max_drop": 0.05, "min_score": None, "stderrs": 2.0}}  # 2 x 0.05 = 0.10: not more than it
-    assert benchmark.gate_failures(found, noisy) == []
+    assert gates.benchmark.failures(found, noisy) == []
     strict = {"a": {"max_drop": 0.05, "min_score": None, "stderrs": 1.0}}
-    assert benchmark.gate_failures(found, strict) == [
+    assert gates.benchmark.failures(found, strict) == [
         "a: fine-tuned 0.4000 vs base 0.5000, a fall of 0.1000, more than benchmark.gate.a.max_drop 0.05"
         " and than its noise (1.0 standard errors: 0.0500)"
     ]
@@ -217,7 +217,7 @@ def test_the_vllm_backends_answers_task_answers_as_the_transformers_backend(tiny
     samples), on the tiny base: the same answers as the transformers backend's own batch
     (stages/lib/answers.py), a second turn's earlier exchange included, and `benchmark.limit`
     named where lm-eval stopped short."""
-    from stages.lib import families
+    from stages.shared import families
 
     second_turn = [
         {"role": "user", "content": "Name a fruit."},

@@ -12,7 +12,7 @@ import safetensors.numpy
 import yaml
 
 from stages.in_maxtext import assemble_export
-from stages.lib.families import gemma3
+from stages.shared.families import gemma3
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,8 @@ faults it catches, are in tests/test_export.py.)"""
 import numpy as np
 import pytest
 
-from stages.lib import gate
+from stages.lib import gates
+from stages.shared import logits as figures
 
 LIMITS = {"max_kl": 2.5e-4, "max_mean_kl": 6e-5, "min_top1_agreement": 0.99, "tie_margin": 0.05}
 
@@ -16,18 +17,18 @@ def logits(seed: int, positions: int = 6, vocab: int = 50) -> np.ndarray:
 
 def test_identical_logits_agree_exactly():
     ref = logits(0)
-    r = gate.compare(ref, ref.copy(), tie_margin=0.0)
+    r = figures.compare(ref, ref.copy(), tie_margin=0.0)
     assert r["kl_max"] == pytest.approx(0, abs=1e-12) and r["top1_agreement"] == 1.0 and r["max_abs_logit_diff"] == 0
     assert r["tokens"] == 6
-    assert gate.threshold_failures(r, LIMITS) == []
+    assert gates.logit.threshold_failures(r, LIMITS) == []
 
 
 def test_kl_is_of_the_reference_from_the_candidate():
     ref, cand = logits(0), logits(0)
     cand[2] += np.linspace(0, 1, cand.shape[1])  # one position skewed
-    r = gate.compare(ref, cand, tie_margin=0.0)
-    p = np.exp(gate.log_softmax(ref[2]))
-    expected = float(np.sum(p * (gate.log_softmax(ref[2]) - gate.log_softmax(cand[2]))))
+    r = figures.compare(ref, cand, tie_margin=0.0)
+    p = np.exp(figures.log_softmax(ref[2]))
+    expected = float(np.sum(p * (figures.log_softmax(ref[2]) - figures.log_softmax(cand[2]))))
     assert r["kl_max"] == pytest.approx(expected, rel=1e-9)
     assert r["kl_mean"] == pytest.approx(expected / 6, rel=1e-9)
 
@@ -39,9 +40,9 @@ def test_a_near_tie_is_not_a_disagreement_but_a_real_flip_is():
     cand = ref.copy()
     cand[0, 1] = 5.1  # picks the runner-up of a near-tie
     cand[1, 1] = 5.1  # picks a token 2 logits below the best
-    r = gate.compare(ref, cand, tie_margin=0.05)
+    r = figures.compare(ref, cand, tie_margin=0.05)
     assert r["top1_agreement"] == 0.5
-    assert gate.compare(ref, cand, tie_margin=0.0)["top1_agreement"] == 0.0
+    assert figures.compare(ref, cand, tie_margin=0.0)["top1_agreement"] == 0.0
 
 
 @pytest.mark.parametrize(
@@ -55,7 +56,7 @@ def test_a_near_tie_is_not_a_disagreement_but_a_real_flip_is():
     ],
 )
 def test_each_limit_is_its_own_failure(report, failing):
-    said = gate.threshold_failures(report, LIMITS)
+    said = gates.logit.threshold_failures(report, LIMITS)
     assert len(said) == len(failing) and all(s.startswith(f) for s, f in zip(said, failing, strict=True)), said
 
 

@@ -1,4 +1,4 @@
-"""Model families (stages/lib/families/): flags and checks on the real checkpoints' configs,
+"""Model families (stages/shared/families/): flags and checks on the real checkpoints' configs,
 the traps read in MaxText's conversion code, the tiny models; and (slow) each family's tiny
 recipe through the whole pipeline.
 
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import yaml
 
-from stages.lib import families
-from stages.lib.checkpoint import CheckpointError
-from stages.lib.families import gemma3, llama3, qwen3
+from stages.shared import families
+from stages.shared.checkpoint import CheckpointError
+from stages.shared.families import gemma3, llama3, qwen3
 from tools.recipe import params_text
 
 DATA = Path(__file__).parent / "data"
@@ -29,7 +29,7 @@ def base_with(tmp_path: Path, config_file: str, changes: dict | None = None) -> 
 
 
 def maxtext_model_config(name: str) -> dict:
-    from stages.lib.tiny import maxtext_asset
+    from stages.shared.tiny import maxtext_asset
 
     return yaml.safe_load(Path(maxtext_asset("configs", "models", f"{name}.yml")).read_text())
 
@@ -122,7 +122,7 @@ def test_tied_embeddings_come_from_the_checkpoint_whatever_the_name(tmp_path):
 def test_every_accepted_name_is_in_maxtexts_converter_tables_and_configs():
     from maxtext.checkpoint_conversion.utils import hf_model_configs, param_mapping
 
-    from stages.lib.tiny import maxtext_asset
+    from stages.shared.tiny import maxtext_asset
 
     for name in families.maxtext_names():
         assert name in hf_model_configs.HF_MODEL_CONFIGS and name in param_mapping.PARAM_MAPPING, name
@@ -191,7 +191,7 @@ def test_tiny_llama_has_llama_3s_real_vocabulary_and_one_bos(tiny_checkpoints):
     from maxtext.input_pipeline.tokenizer import TikTokenTokenizer
 
     from stages.in_maxtext.count_tokens import load_tokenizer
-    from stages.lib.tiny import maxtext_asset
+    from stages.shared.tiny import maxtext_asset
 
     path = tiny_checkpoints[llama3]
     reference = TikTokenTokenizer(maxtext_asset("assets", "tokenizers", "tokenizer_llama3.tiktoken"), False, False)
@@ -215,7 +215,7 @@ def test_tiny_qwen_has_qwen_3s_own_tokenizer_files_and_its_padded_vocabulary(tin
     the flags give MaxText the checkpoint's row count, so its hook pads or cuts nothing."""
     import transformers
 
-    from stages.lib.tiny import maxtext_asset
+    from stages.shared.tiny import maxtext_asset
 
     path = tiny_checkpoints[qwen3]
     source = Path(maxtext_asset("assets", "tokenizers", "qwen3-tokenizer"))
@@ -232,7 +232,8 @@ def test_each_familys_template_takes_what_the_row_checks_let_through(tiny_checkp
     round splitting) works for every family, the system text kept (Gemma folds it into the
     first user turn) and never trained on."""
     from stages.in_maxtext.count_tokens import load_tokenizer, per_round_counts
-    from stages.lib import chat, rendering
+    from stages.lib import chat
+    from stages.shared import rendering
 
     row = [
         {"role": "system", "content": "Answer in French."},
@@ -336,7 +337,7 @@ def test_a_text_only_gemma_3_reads_maxtexts_tables_in_its_own_tensor_names(tmp_p
     they name the file's tensors; no vision tensor is asked for."""
     from maxtext.checkpoint_conversion.utils import hf_shape, param_mapping
 
-    from stages.lib.checkpoint import detect_layout, rename
+    from stages.shared.checkpoint import detect_layout, rename
 
     config = gemma3.converter_config(json.loads((DATA / GEMMA3_270M).read_text()))
     mapping = param_mapping.GEMMA3_MAXTEXT_TO_HF_PARAM_MAPPING(config, None, scan_layers=True)

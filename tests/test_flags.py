@@ -5,8 +5,9 @@ import os
 import shutil
 from pathlib import Path
 
-from stages.lib import flags, maxtext
+from stages.lib import flags, maxtext_process
 from stages.lib.params import load
+from stages.shared import contract
 from testkit.workspace import REPO
 from tools.recipe import params_text
 
@@ -30,8 +31,7 @@ def test_every_invocation_reads_the_config_its_entry_point_documents(project_4b)
         flags.heldout(p, "r.json", {"base": "b"}, "/tmp/o"),
         flags.data_position(p, "/tmp/w", "s.jsonl", 20, "r.json"),
     ):
-        maxtext = ours.args[ours.args.index("--") + 1 :]
-        assert maxtext[0].endswith(os.path.join("maxtext", "configs", "post_train", "sft.yml")), ours.module
+        assert ours.args[0].endswith(os.path.join("maxtext", "configs", "post_train", "sft.yml")), ours.module
 
 
 def test_the_tutorials_values_reach_maxtext(project_4b):
@@ -74,7 +74,7 @@ def test_the_tutorials_values_reach_maxtext(project_4b):
     convert_in = flags.convert_in(project_4b, "out")
     assert {"--save_dtype=float32", "--lazy_load_tensors=true", "use_multimodal=false"} <= set(convert_in.args)
     assert kv(convert_in.args)["base_emb_dim"] == "2560" and kv(convert_in.args)["base_num_decoder_layers"] == "34"
-    assert convert_in.hf_layout == "hub" and convert_in.hf_config == os.path.join("models", "base-hf")
+    assert convert_in.setup.hf_layout == "hub" and convert_in.setup.hf_config == os.path.join("models", "base-hf")
     assert {"weight_dtype=float32", "use_multimodal=false"} <= set(flags.convert_out(project_4b, "out").args)
 
 
@@ -86,7 +86,7 @@ def test_a_tpu_recipe_runs_maxtext_on_the_tpu_but_compiles_and_replays_on_the_cp
     assert "hardware=cpu" in fit.args and "compile_topology=v6e-8" in fit.args and "per_device_batch_size=4" in fit.args
     assert fit.env["ALLOW_MULTIPLE_LIBTPU_LOAD"] == "1"
     replay = flags.data_position(p, "/tmp/w", "s.jsonl", 20, "r.json")
-    assert "hardware=cpu" in replay.args and replay.args[:4] == ["--steps", "20", "--report", "r.json"]
+    assert "hardware=cpu" in replay.args and (replay.request.steps, replay.request.report) == (20, "r.json")
     assert replay.env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=8"  # one simulated device per chip
     train_data = [
         a
@@ -115,14 +115,14 @@ def test_lora_is_decided_once_for_training_and_the_export_check(project_4b):
     train = kv(flags.train(p, "w", "m", "s").args)
     assert (train["lora.enable_lora"], train["lora.lora_rank"], train["lora.lora_alpha"]) == ("true", "16", "32.0")
     assert "lora.lora_module_path" not in train  # "": MaxText's default for the model
-    check = flags.export_check(p, {"e": "r"}).args
-    ours = check[: check.index("--")]
-    assert ours[ours.index("--lora-base") + 1].endswith(os.path.join("base-maxtext", "0", "items"))  # base + adapter,
-    assert ours[ours.index("--lora-adapter") + 1].endswith(os.path.join("sft-maxtext", "lora"))  # applied unmerged ...
+    job = flags.export_check(p, {"e": "r"})
+    check, ours = job.args, job.request
+    assert ours.lora_base.endswith(os.path.join("base-maxtext", "0", "items"))  # base + adapter,
+    assert ours.lora_adapter.endswith(os.path.join("sft-maxtext", "lora"))  # applied unmerged ...
     assert kv(check)["load_parameters_path"].endswith(os.path.join("sft-maxtext", "params"))  # ... against the merge
     assert kv(check)["lora.lora_rank"] == "16" and "lora.enable_lora=true" not in check
     merge = flags.merge_lora(p, "models/.tmp/lora", "models/.tmp/params")
-    assert merge.args[merge.args.index("--scale") + 1] == "2.0"  # alpha / rank
+    assert merge.request.scale == 2.0  # alpha / rank
 
 
 def test_runtime_settings_reach_maxtext_without_being_results(project_4b, monkeypatch):
@@ -179,9 +179,9 @@ def test_the_tiny_recipe_runs_on_the_cpu(tiny_base, tmp_path, monkeypatch):
         ".scratch/w/worker-inputs/files/eval.jsonl",
         ".scratch/w/worker-inputs/from-step-0/host-*.jsonl",
     )
-    assert "--fetch" in maxtext.command(job) and "gs://b/in/files=.scratch/w/worker-inputs/files" in maxtext.command(
-        job
-    )
+    assert job.setup.fetch == {"gs://b/in/files": ".scratch/w/worker-inputs/files"}  # copied first, on each worker
+    command = maxtext_process.command(job)
+    assert contract.decode(command[command.index("--setup") + 1], contract.Setup) == job.setup
     inputs = {
         k: v
         for k, v in args.items()

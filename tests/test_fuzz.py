@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stages.lib import chat, params
-from stages.lib.errors import UserError
+from stages.shared.errors import UserError
 from tools.recipe import params_text
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from stages.lib import gguf_source
-from stages.lib.checkpoint import CheckpointError
-from stages.lib.families import gemma3, llama3
+from stages.shared.checkpoint import CheckpointError
+from stages.shared.families import gemma3, llama3
 from testkit.workspace import set_param, sh
 
 

@@ -1,5 +1,5 @@
 """Hub sources: the pipeline's real download code against a local stand-in for the Hub
-(tests/hub_server.py), pinned revisions, gated models and clear errors."""
+(testkit/hub_server.py), pinned revisions, gated models and clear errors."""
 
 import json
 import secrets
@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from hub_server import HubServer
 
+from testkit.hub_server import HubServer
 from testkit.workspace import sh
 
 MODEL = "google/gemma-3-4b-it"

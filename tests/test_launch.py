@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from stages.lib import flags, launch
+from stages.shared import contract
 from testkit.workspace import REPO
 
 XPK_PYTHON = REPO / ".venv-xpk" / "bin" / "python"  # scripts/setup.sh
@@ -135,7 +136,8 @@ def test_preference_tuning_runs_on_the_same_launchers_from_the_staged_sft_model(
     workers = launch.workers("preference", job, p)
     assert len({command_line(w) for w in workers}) == 1 and len(workers) == 4
     argv = shlex.split(command_line(workers[0]))
-    assert "maxtext:configs/post_train/dpo.yml" in argv and "--fetch" in argv
+    setup = contract.decode(argv[argv.index("--setup") + 1], contract.Setup)
+    assert "maxtext:configs/post_train/dpo.yml" in argv and setup.fetch == {"gs://b/scratch/inputs/files-1": files}
     # Every input from gs:// or the worker's own copy of it: no path of this machine.
     assert {
         "load_parameters_path=gs://b/scratch/inputs/sft-maxtext-0/params",
@@ -194,29 +196,26 @@ def test_no_credential_is_in_any_worker_command(slice_16):
 
 
 def test_every_maxtext_process_asks_for_huge_pages_unless_told_otherwise(slice_16, monkeypatch):
-    """glibc's malloc with transparent huge pages (stages/lib/maxtext.py; bench/malloc.py):
+    """glibc's malloc with transparent huge pages (stages/lib/maxtext_process.py; bench/malloc.py):
     on every worker's line, added to tunables of the machine's own, and off when they say so."""
-    from stages.lib import maxtext
+    from stages.lib import maxtext_process
 
     p, job = slice_16
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     argv = shlex.split(command_line(launch.workers("train", job, p)[0]))
     assert "GLIBC_TUNABLES=glibc.malloc.hugetlb=1" in argv
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
-    assert maxtext.child_env(p)["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+    assert maxtext_process.child_env(p)["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0")
-    assert maxtext.child_env(p)["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0"
+    assert maxtext_process.child_env(p)["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0"
 
 
 def test_a_workers_own_metrics_file_changes_nothing_else_of_its_invocation():
     job = flags.Invocation(
-        flags.TRAIN_SFT,
+        contract.TRAIN_SFT,
         ["a=1", "metrics_file=m.jsonl"],
-        hf_config="h",
-        model_name="n",
-        hf_layout="l",
+        contract.Setup(model_name="n", hf_config="h", hf_layout="l", fetch={"gs://b/x": "x"}),
         env={"E": "1"},
-        fetch={"gs://b/x": "x"},
     )
     own = launch._own_metrics_file(job, 1)
     assert own.args == ["a=1", "metrics_file=m.jsonl.worker-1"]

@@ -76,4 +76,4 @@ def test_the_stage_process_never_imports_what_runs_inside_maxtext():
 
 
 def test_errors_is_a_leaf():
-    assert our_imports()["stages.lib.errors"] == set()
+    assert our_imports()["stages.shared.errors"] == set()

@@ -12,10 +12,10 @@ import time
 import numpy as np
 import psutil
 import pytest
-from gcs_server import GcsServer, running
 from test_faults import Repro, flat_params, wait_for_session_to_end
 from test_spot import gcs_env
 
+from testkit.gcs_server import GcsServer, running
 from testkit.workspace import clone_workspace, commit, set_param, sh, stages_run
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from stages.lib import chat, package_data
-from stages.lib.errors import UserError
+from stages.shared.errors import UserError
 from testkit.workspace import REPO, set_param, sh
 
 

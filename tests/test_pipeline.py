@@ -103,7 +103,8 @@ def test_a_user_chats_with_both_models_side_by_side(tiny_run):
     import subprocess
     import sys
 
-    from stages.lib import answers, families
+    from stages.lib import answers
+    from stages.shared import families
     from testkit.workspace import env
 
     proc = subprocess.run(

@@ -5,8 +5,8 @@ files: tests/test_pipeline.py."""
 import pytest
 import yaml
 
-from stages.lib.errors import UserError
 from stages.lib.params import validate
+from stages.shared.errors import UserError
 from tools import plan, recipe
 
 

@@ -16,8 +16,8 @@ import yaml
 
 from stages.in_maxtext.heldout import preference_scores
 from stages.lib import chat, preference_pairs
-from stages.lib.errors import UserError
 from stages.lib.params import validate
+from stages.shared.errors import UserError
 from testkit.workspace import REPO, clone_workspace, commit, set_key, set_param, sh, stages_run, with_real_4b_config
 
 USER = {"role": "user", "content": "What is 2 plus 2?"}

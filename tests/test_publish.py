@@ -8,8 +8,8 @@ import sys
 
 import pytest
 import yaml
-from hub_server import HubServer
 
+from testkit.hub_server import HubServer
 from testkit.process_watch import CANARY_TOKEN, ProcessWatch
 from testkit.workspace import sh, sha256s
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from stages.lib.errors import UserError
+from stages.shared.errors import UserError
 from testkit.workspace import DATA, REPO
 from tools import recipe
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from gcs_server import CLIENT_ENV, GcsServer, running
 
+from testkit.gcs_server import CLIENT_ENV, GcsServer, running
 from testkit.workspace import REPO, set_param, sh, stages_run
 
 pytestmark = pytest.mark.slow

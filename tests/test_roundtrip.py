@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from stages.lib import families
-from stages.lib.families import gemma3
+from stages.shared import families
+from stages.shared.families import gemma3
 from testkit.workspace import sh
 
 pytestmark = pytest.mark.slow

@@ -2,9 +2,9 @@
 a checkpoint counts as complete only once Orbax has committed it."""
 
 import pytest
-from gcs_server import CLIENT_ENV, GcsServer
 
 from stages.lib import workdir
+from testkit.gcs_server import CLIENT_ENV, GcsServer
 
 
 @pytest.fixture

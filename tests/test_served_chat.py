@@ -1,4 +1,4 @@
-"""Multi-turn conversations are trained as they are served (stages/lib/rendering.py,
+"""Multi-turn conversations are trained as they are served (stages/shared/rendering.py,
 stages/in_maxtext/served_chat.py), for every family: the ids MaxText's input pipeline emits
 are the chat template's rendering of the whole conversation, and the tokens it trains on are
 exactly the assistant turns, content and end-of-turn marker.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from stages.lib import rendering
-from stages.lib.families import gemma3, llama3, qwen3
+from stages.shared import rendering
+from stages.shared.families import gemma3, llama3, qwen3
 from testkit.workspace import set_param, sh
 
 # A system prompt, three rounds, unicode (accents, CJK, an emoji), tabs and padded answers.
@@ -49,7 +49,7 @@ RECIPE = {gemma3: "tiny", llama3: "tiny-llama3", qwen3: "tiny-qwen3"}
 def tokenizers(tmp_path_factory) -> dict:
     """Each family's real tokenizer, as MaxText loads it (count_tokens.load_tokenizer)."""
     from stages.in_maxtext.count_tokens import load_tokenizer
-    from stages.lib import tiny
+    from stages.shared import tiny
 
     out = {}
     for family in FAMILIES:

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from gcs_server import CLIENT_ENV, GcsServer, running
 from test_faults import flat_params, wait_for_session_to_end
 
+from testkit.gcs_server import CLIENT_ENV, GcsServer, running
 from testkit.workspace import clone_workspace, commit, env, set_param, sh, stages_run, train_losses
 
 pytestmark = pytest.mark.slow

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import sentencepiece
 
-from stages.lib import families
-from stages.lib.families import gemma3
+from stages.shared import families
+from stages.shared.families import gemma3
 
 
 def digest(d) -> dict:

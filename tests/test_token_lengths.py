@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from stages.in_maxtext import count_tokens
-from stages.lib import long_rows, rendering
-from stages.lib.errors import UserError
+from stages.lib import long_rows
+from stages.shared import rendering
+from stages.shared.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -117,14 +117,15 @@ def test_evaluate_reads_back_the_evaluations_the_curve_logged(tmp_path, monkeypa
         0: {"loss": 9.5, "perplexity": 1.3e4, "target_tokens": 1010.0},
         2: {"loss": 6.25, "perplexity": 1.3e4, "target_tokens": 1010.0},
     }
-    params = {"train": {"steps": 2, "eval_interval": 2}}
+    params = {"train": {"steps": 2, "eval_interval": 2, "chat_rendering": "whole"}}
     found = evaluate.from_training(params)
     assert found["base"]["loss"] == 9.5 and found["fine_tuned"]["loss"] == 6.25
     assert found["fine_tuned"]["target_tokens"] == 1010 and found["fine_tuned"]["perplexity"] == pytest.approx(
         518.0, 1e-3
     )
     # training did not evaluate at its last step, or at all: evaluate computes them itself
-    assert evaluate.from_training({"train": {"steps": 3, "eval_interval": 2}}) is None
-    assert evaluate.from_training({"train": {"steps": 2, "eval_interval": 0}}) is None
+    assert evaluate.from_training({"train": {**params["train"], "steps": 3}}) is None
+    assert evaluate.from_training({"train": {**params["train"], "eval_interval": 0}}) is None
+    assert evaluate.from_training({"train": {**params["train"], "chat_rendering": "per_round"}}) is None
     (tmp_path / train_metrics.PLOTS / "eval" / "target_tokens.tsv").unlink()
     assert train_metrics.logged_evals() == {} and evaluate.from_training(params) is None

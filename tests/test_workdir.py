@@ -74,7 +74,7 @@ def test_only_renamed_checkpoints_count_locally_and_pruning_keeps_the_newest(tmp
 
 
 def test_a_second_trainer_on_the_same_directory_is_refused(tmp_path, monkeypatch):
-    from stages.lib.errors import StageFailed
+    from stages.shared.errors import StageFailed
 
     monkeypatch.chdir(tmp_path)
     first = workdir.Workdir(".scratch", "train-0123")

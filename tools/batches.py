@@ -8,7 +8,7 @@ every token training learns from marked [[like this]].
 Runs MaxText's own SFT input pipeline (tokenizer, chat template, completion-only masking,
 packing, max_target_length) with the recipe's flags, on this machine's CPU: the rows as its
 trainer receives them, including what `train.chat_rendering` does to multi-turn
-conversations (stages/lib/rendering.py). Needs models/base-hf (the tokenizer and the
+conversations (stages/shared/rendering.py). Needs models/base-hf (the tokenizer and the
 architecture's flags); reads params.yaml.
 """
 
@@ -17,7 +17,7 @@ import json
 import os
 import tempfile
 
-from stages.lib import flags, maxtext, paths
+from stages.lib import flags, maxtext_process, paths
 from stages.lib.cli import run
 from stages.lib.params import load
 
@@ -43,7 +43,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="batches-") as work:
         report = os.path.join(work, "rows.json")
         job = flags.batches(params, os.path.abspath(args.data), work, args.rows, report)
-        maxtext.run("batches", job, flags.on_cpu(params))
+        maxtext_process.run("batches", job, flags.placed_on_cpu(params))
         with open(report) as f:
             rows = json.load(f)["rows"]
     if args.json:

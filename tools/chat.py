@@ -7,7 +7,7 @@
 
 What a user does first after a run. Each message is a user turn; the conversation so far (the
 model's own earlier answers included) goes through the template as a whole, as training saw
-it (stages/lib/rendering.py), and the answer streams until the template's end of turn,
+it (stages/shared/rendering.py), and the answer streams until the template's end of turn,
 greedy as the benchmark's answers are (or sampled: --temperature). `/reset` starts over,
 `/quit` (or Ctrl-D) leaves. Needs models/sft-hf (dvc repro, or `dvc pull convert_out` for a
 run made elsewhere); --compare needs models/base-hf too.
@@ -18,10 +18,11 @@ import os
 import sys
 import threading
 
-from stages.lib import families, paths
+from stages.lib import paths
 from stages.lib.cli import run
-from stages.lib.errors import UserError
 from stages.lib.params import load
+from stages.shared import families
+from stages.shared.errors import UserError
 
 
 def load_model(model_dir: str, model_name: str):

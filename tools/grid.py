@@ -18,8 +18,8 @@ from dvc.utils.hydra import to_hydra_overrides
 from hydra.errors import OverrideParseException
 
 from stages.lib.cli import run
-from stages.lib.errors import UserError
 from stages.lib.params import load, validate
+from stages.shared.errors import UserError
 
 # Short names for the params people sweep; anything else uses its last key.
 ABBREVIATIONS = {

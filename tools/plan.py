@@ -16,10 +16,11 @@ import os
 
 import yaml
 
-from stages.lib import checkpoint, hardware, paths
+from stages.lib import hardware, paths
 from stages.lib.cli import run
-from stages.lib.errors import UserError
 from stages.lib.params import load, validate
+from stages.shared import checkpoint
+from stages.shared.errors import UserError
 
 GB = 1e9
 HUB_BYTES_PER_PARAM = 2  # the Hub's checkpoints are bf16 (a downloaded one's config says)

@@ -22,10 +22,11 @@ import subprocess
 
 import yaml
 
-from stages.lib import checkpoint, families, gguf_source, outputs, paths
+from stages.lib import gguf_source, outputs, paths
 from stages.lib.cli import run
-from stages.lib.errors import StageFailed, UserError
 from stages.lib.params import load
+from stages.shared import checkpoint, families
+from stages.shared.errors import StageFailed, UserError
 
 CARD = "README.md"
 EXPORT_CHECK = os.path.join("metrics", "export_check.json")

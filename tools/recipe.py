@@ -20,8 +20,8 @@ import yaml
 
 from stages.lib import outputs
 from stages.lib.cli import run
-from stages.lib.errors import UserError
 from stages.lib.params import PARAMS_FILE, load
+from stages.shared.errors import UserError
 
 RECIPES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes")
 EXTENDS = "extends"

@@ -26,7 +26,7 @@ import time
 from urllib.parse import urlsplit
 
 from stages.lib.cli import run
-from stages.lib.errors import StageFailed, UserError
+from stages.shared.errors import StageFailed, UserError
 
 LOG = os.path.join("logs", "remote.log")
 # How long the remote's endpoint may refuse connections before the transfer is given up.

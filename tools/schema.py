@@ -13,8 +13,8 @@ import sys
 
 from stages.lib import outputs
 from stages.lib.cli import run
-from stages.lib.errors import UserError
 from stages.lib.params import json_schema
+from stages.shared.errors import UserError
 
 SCHEMA_FILE = "params.schema.json"
 

@@ -10,9 +10,10 @@ the base checkpoint is one MaxText can represent. Exit 0 when all is well.
 import os
 
 from stages import dataset, preference_data
-from stages.lib import chat, families, paths
+from stages.lib import chat, paths
 from stages.lib.cli import run
 from stages.lib.params import load
+from stages.shared import families
 
 BASE = paths.BASE_HF
 

@@ -18,9 +18,9 @@ import ml_dtypes
 import numpy as np
 from safetensors import safe_open
 
-from stages.lib import families
-from stages.lib.checkpoint import rename, tensor_files, write_shards
-from stages.lib.errors import StageFailed
+from stages.shared import families
+from stages.shared.checkpoint import rename, tensor_files, write_shards
+from stages.shared.errors import StageFailed
 
 WEIGHT_FILES = ("model.safetensors.index.json",)
 # Config fields that describe the file, not the model; they may differ between exports.

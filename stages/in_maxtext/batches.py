@@ -3,19 +3,21 @@ them: what training sees, and learns from, token by token (python -m tools.batch
 
 Run through stages.in_maxtext.main, with the flags training uses (stages/lib/flags.py):
 
-    python -m stages.in_maxtext.main stages.in_maxtext.batches [--served-chat] -- --rows 4 --report R.json \
-        -- <sft.yml and the run's MaxText flags, hf_train_files=<the data>>
+    python -m stages.in_maxtext.main stages.in_maxtext.batches --setup '{..., "served_chat": true}' \
+        --request '{"rows": 4, "report": "R.json"}' -- <sft.yml and the run's MaxText flags, hf_train_files=<the data>>
 
 Writes {"rows": [{"ids": [...], "trained": [...]}, ...]}: each row's tokens up to its last
 non-padding one, and for each token whether it is a target training learns (MaxText shifts
 the targets: token i is learned where the target of position i - 1 is kept).
 """
 
-import argparse
 import json
 import sys
 
 from stages.in_maxtext.data_position import training_batches
+from stages.shared import contract
+
+REQUEST = contract.Batches
 
 
 def pad_id(config) -> int:
@@ -42,26 +44,17 @@ def rows_of(batch: dict, pad: int) -> list[dict]:
     return out
 
 
-def main() -> None:
+def run(request: contract.Batches, maxtext_flags: list[str], setup: contract.Setup) -> None:
     from absl import flags
 
     flags.FLAGS(sys.argv[:1])  # Grain reads absl flags, which MaxText's app.run would parse
-    split = sys.argv.index("--")
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rows", type=int, required=True)
-    parser.add_argument("--report", required=True)
-    ours = parser.parse_args(sys.argv[1:split])
-    config, batches = training_batches(sys.argv[split + 1 :])
+    config, batches = training_batches(maxtext_flags)
     pad = pad_id(config)
     rows: list[dict] = []
     for batch in batches:
         rows += rows_of(batch, pad)
-        if len(rows) >= ours.rows:
+        if len(rows) >= request.rows:
             break
-    with open(ours.report, "w") as f:
-        json.dump({"rows": rows[: ours.rows]}, f)
-    print(f"batches: {min(len(rows), ours.rows)} rows of MaxText's training batches", flush=True)
-
-
-if __name__ == "__main__":
-    main()
+    with open(request.report, "w") as f:
+        json.dump({"rows": rows[: request.rows]}, f)
+    print(f"batches: {min(len(rows), request.rows)} rows of MaxText's training batches", flush=True)

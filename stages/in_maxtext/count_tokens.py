@@ -4,25 +4,28 @@ on, for every row of a split; the same for the conversation cut after each assis
 
 Run by the token_lengths stage (through stages.in_maxtext.main, for MaxText's environment):
 
-    python -m stages.in_maxtext.main stages.in_maxtext.count_tokens -- --tokenizer models/base-hf \
-        --rendering whole --split data/chat/train.jsonl lengths/train --split data/chat/eval.jsonl lengths/eval
+    python -m stages.in_maxtext.main stages.in_maxtext.count_tokens --setup '{...}' --request \
+        '{"tokenizer": "models/base-hf", "rendering": "whole", "splits": {"data/chat/train.jsonl": "train", ...}}' --
 
 Writes, for each split, <out>.npy (tokens per row, before max_target_length cuts it) and
 <out>-turns.npz: `turns` (assistant turns per row) and, flat, row after row, `cut_tokens` and
 `cut_trained` for the conversation ending after its 1st, 2nd, ... assistant turn (the last
 is the whole conversation).
 
-`--rendering whole` (train.chat_rendering, the default): the conversation as served
-(stages/lib/rendering.py), rendered once, tokenized in batches by the Rust tokenizer; a
+`rendering` whole (train.chat_rendering, the default): the conversation as served
+(stages/shared/rendering.py), rendered once, tokenized in batches by the Rust tokenizer; a
 conversation cut after turn k is the template's rendering of its first messages, and trains
 on the same answers' tokens as the whole one's first k. `per_round`: MaxText 0.2.5's own
 functions (input_pipeline_utils: apply_chat_template, tokenization), row by row.
 """
 
-import argparse
 import json
 
 import numpy as np
+
+from stages.shared import contract
+
+REQUEST = contract.CountTokens
 
 BATCH = 1024  # conversations rendered and tokenized at once: memory stays flat however large the split
 
@@ -44,7 +47,7 @@ def assistant_ends(messages: list[dict]) -> list[int]:
 
 def whole_counts(tokenizer, batch: list[list[dict]]) -> list[tuple[int, list[int], list[int]]]:
     """(tokens, cut_tokens, cut_trained) of each conversation, rendered as served."""
-    from stages.lib import rendering
+    from stages.shared import rendering
 
     rendered = rendering.render_many(tokenizer, batch)
     cuts = [messages[:end] for messages in batch for end in assistant_ends(messages)[:-1]]
@@ -111,19 +114,10 @@ def count(tokenizer, jsonl: str, rendering: str) -> dict[str, np.ndarray]:
     return {name: np.asarray(values, dtype=np.int32) for name, values in found.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--tokenizer", required=True)
-    parser.add_argument("--rendering", choices=("whole", "per_round"), default="whole")
-    parser.add_argument("--split", nargs=2, action="append", required=True, metavar=("JSONL", "OUT"))
-    args = parser.parse_args()
-    tokenizer = load_tokenizer(args.tokenizer)
-    for jsonl, out in args.split:
-        found = count(tokenizer, jsonl, args.rendering)
+def run(request: contract.CountTokens, maxtext_flags: list[str], setup: contract.Setup) -> None:
+    tokenizer = load_tokenizer(request.tokenizer)
+    for jsonl, out in request.splits.items():
+        found = count(tokenizer, jsonl, request.rendering)
         np.save(f"{out}.npy", found.pop("tokens"))
         np.savez(f"{out}-turns.npz", **found)
-        print(f"token_lengths: {jsonl} counted ({args.rendering} rendering)", flush=True)
-
-
-if __name__ == "__main__":
-    main()
+        print(f"token_lengths: {jsonl} counted ({request.rendering} rendering)", flush=True)

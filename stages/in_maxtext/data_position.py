@@ -3,8 +3,9 @@
 Run by the train stage before resuming (through stages.in_maxtext.main, for MaxText's
 environment), on CPU, with as many simulated devices as the recipe's accelerator has:
 
-    python -m stages.in_maxtext.main stages.in_maxtext.data_position -- --steps 20 --report R.json \
-        [--streams host-000.jsonl host-001.jsonl] -- <sft.yml and the run's MaxText flags (stages/lib/flags.py)>
+    python -m stages.in_maxtext.main stages.in_maxtext.data_position --setup '{...}' \
+        --request '{"steps": 20, "report": "R.json", "streams": ["host-000.jsonl", ...]}' \
+        -- <sft.yml and the run's MaxText flags (stages/lib/flags.py)>
 
 MaxText's SFT (through Tunix's data hooks) restarts its input pipeline from the first row on
 resume instead of where it stopped. The train stage feeds MaxText an explicit data stream
@@ -15,12 +16,15 @@ packed row numbers its conversations 1..n in `inputs_segmentation`.
 
 A job of several processes reads one stream per host (stages/lib/stream.py): each is replayed
 on its own, as that host's pipeline read it (one process, the host's devices), with
-`--streams` (one count per stream, in the report's "rows" list).
+the request's `streams` (one count per stream, in the report's "rows" list).
 """
 
-import argparse
 import json
 import sys
+
+from stages.shared import contract
+
+REQUEST = contract.DataPosition
 
 
 def training_batches(maxtext_args: list[str]):
@@ -50,29 +54,18 @@ def consumed_rows(maxtext_args: list[str], steps: int) -> int:
     return rows
 
 
-def main() -> None:
+def run(request: contract.DataPosition, maxtext_flags: list[str], setup: contract.Setup) -> None:
     from absl import flags
 
     flags.FLAGS(sys.argv[:1])  # Grain's data workers read absl flags, which MaxText's app.run would parse
-    split = sys.argv.index("--")
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, required=True)
-    parser.add_argument("--report", required=True)
-    parser.add_argument("--streams", nargs="*", help="replay each of these in place of hf_train_files (one per host)")
-    ours = parser.parse_args(sys.argv[1:split])
-    maxtext_args = sys.argv[split + 1 :]
-    if ours.streams:
+    if request.streams:
         replays = [
-            [a for a in maxtext_args if not a.startswith("hf_train_files=")] + [f"hf_train_files={s}"]
-            for s in ours.streams
+            [a for a in maxtext_flags if not a.startswith("hf_train_files=")] + [f"hf_train_files={s}"]
+            for s in request.streams
         ]
-        rows = [consumed_rows(args, ours.steps) for args in replays]
+        rows = [consumed_rows(flags_of_host, request.steps) for flags_of_host in replays]
     else:
-        rows = consumed_rows(maxtext_args, ours.steps)
-    with open(ours.report, "w") as f:
-        json.dump({"steps": ours.steps, "rows": rows}, f)
-    print(f"data_position: the first {ours.steps} steps consumed {rows} rows", flush=True)
-
-
-if __name__ == "__main__":
-    main()
+        rows = consumed_rows(maxtext_flags, request.steps)
+    with open(request.report, "w") as f:
+        json.dump({"steps": request.steps, "rows": rows}, f)
+    print(f"data_position: the first {request.steps} steps consumed {rows} rows", flush=True)

@@ -3,9 +3,9 @@
 Run by convert_out (through stages.in_maxtext.main, for MaxText's environment and its HF
 config swap):
 
-    python -m stages.in_maxtext.main stages.in_maxtext.export_job --hf-config models/base-hf -- \
-        --out EXPORT --dtype bfloat16 --shard-bytes N <export check's options> -- \
-        <MaxText's to_huggingface arguments> --check-- <the export check's MaxText arguments>
+    python -m stages.in_maxtext.main stages.in_maxtext.export_job --setup '{..., "hf_config": "models/base-hf"}' \
+        --request '<contract.ExportJob: out, shard_bytes, report, the check's request and its MaxText flags>' \
+        -- <MaxText's to_huggingface flags>
 
 1. MaxText's `to_huggingface`, unmodified (run as its own __main__), writes its export to
    EXPORT/.maxtext-export;
@@ -15,7 +15,6 @@ One process instead of two saves a MaxText, JAX and transformers import (~20 s a
 to_huggingface itself, the check then runs on the CPU, in float32.
 """
 
-import argparse
 import json
 import os
 import runpy
@@ -25,39 +24,32 @@ import time
 
 from stages.in_maxtext import assemble_export, logit_check
 from stages.in_maxtext.main import preload_imports
-from stages.lib.flags import CHECK_SEPARATOR, TO_HUGGINGFACE
+from stages.shared import contract
+
+REQUEST = contract.ExportJob
 
 
-def convert(to_hf_args: list[str]) -> None:
-    preload_imports(TO_HUGGINGFACE)
-    sys.argv = [TO_HUGGINGFACE, *to_hf_args]
+def convert(to_hf_flags: list[str]) -> None:
+    preload_imports(contract.TO_HUGGINGFACE)
+    sys.argv = [contract.TO_HUGGINGFACE, *to_hf_flags]
     try:
-        runpy.run_module(TO_HUGGINGFACE, run_name="__main__", alter_sys=False)
+        runpy.run_module(contract.TO_HUGGINGFACE, run_name="__main__", alter_sys=False)
     except SystemExit as e:  # absl's app.run exits when main returns
         if e.code not in (0, None):
             raise
 
 
-def main() -> None:
-    split = sys.argv.index("--")
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True, help="the export directory to fill (empty)")
-    parser.add_argument("--shard-bytes", type=int, required=True)
-    parser.add_argument("--report", required=True, help="the export check's report")
-    logit_check.add_arguments(parser)
-    ours = parser.parse_args(sys.argv[1:split])
-    rest = sys.argv[split + 1 :]
-    to_hf_args, check_args = rest[: rest.index(CHECK_SEPARATOR)], rest[rest.index(CHECK_SEPARATOR) + 1 :]
-
-    raw = os.path.join(ours.out, ".maxtext-export")
+def run(request: contract.ExportJob, maxtext_flags: list[str], setup: contract.Setup) -> None:
+    raw = os.path.join(request.out, ".maxtext-export")
     started = time.monotonic()
-    convert(to_hf_args + [f"base_output_directory={raw}"])
+    convert(maxtext_flags + [f"base_output_directory={raw}"])
     converted = time.monotonic()
-    sources = assemble_export.assemble(raw, ours.base, ours.out, ours.dtype, ours.shard_bytes, ours.model_name)
+    check = request.check
+    sources = assemble_export.assemble(raw, check.base, request.out, check.dtype, request.shard_bytes, setup.model_name)
     shutil.rmtree(raw)
     assembled = time.monotonic()
-    logit_check.run(ours, {ours.out: ours.report}, check_args)
-    with open(ours.report) as f:
+    logit_check.run(check, request.check_flags, setup)
+    with open(request.report) as f:
         report = json.load(f)
     report["tensors"] = {
         "fine_tuned": sum(v == "maxtext" for v in sources.values()),
@@ -68,9 +60,5 @@ def main() -> None:
         "assembly": assembled - converted,
         "check": time.monotonic() - assembled,
     }
-    with open(ours.report, "w") as f:
+    with open(request.report, "w") as f:
         json.dump(report, f, indent=2)
-
-
-if __name__ == "__main__":
-    main()

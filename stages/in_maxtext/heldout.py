@@ -4,8 +4,8 @@ held-out preference pairs.
 
 Run by the evaluate stage (through stages.in_maxtext.main, like MaxText's entry points):
 
-    python -m stages.in_maxtext.main stages.in_maxtext.heldout -- --report R.json \
-        --checkpoint base=models/base-maxtext/0/items --checkpoint fine_tuned=models/sft-maxtext/params \
+    python -m stages.in_maxtext.main stages.in_maxtext.heldout --setup '{...}' --request '<contract.HeldOut:
+        the report; the checkpoints {"base": "models/base-maxtext/0/items", "fine_tuned": ...}; the pairs>' \
         -- <sft.yml and MaxText's flags: model, tokenizer, max_target_length, packing, eval data (stages/lib/flags.py)>
 
 Held-out loss, for each checkpoint: MaxText's own SFT input pipeline over the whole eval
@@ -14,20 +14,21 @@ as training), and MaxText's training loss function with dropout off, averaged ov
 batches as Tunix averages its in-training evaluation: the number training's eval/loss
 curve shows, which the evaluate stage takes instead wherever training computed it
 (stages/evaluate.py).
-Pair scores (`--pairs sft=... --pairs preference_tuned=...`, then after `--pairs--` train_dpo's
-config and data flags): each pair's log-probability of its chosen and rejected answer under
+Pair scores (the request's `pairs`, {"sft": ..., "preference_tuned": ...}, with train_dpo's
+config and data flags in its `pairs_flags`): each pair's log-probability of its chosen and rejected answer under
 each checkpoint, through MaxText's DPO input pipeline and Tunix's `compute_logps`, as
 train_dpo scores them; `preference_scores` turns them into the models' own preference and
 Tunix's reward against the first (the reference).
 (The greedy answers are the benchmark stage's: stages/lib/answers.py.)
 """
 
-import argparse
 import json
 import math
 import sys
 
-PAIRS_SEPARATOR = "--pairs--"  # then train_dpo's config and flags, for the pair scores (flags.PAIRS_SEPARATOR)
+from stages.shared import contract
+
+REQUEST = contract.HeldOut
 BATCH_KEYS = ("inputs", "inputs_position", "inputs_segmentation", "targets", "targets_position", "targets_segmentation")
 
 
@@ -128,36 +129,18 @@ def preference_scores(logps: dict, reference: str, algorithm: str, beta: float) 
     return out
 
 
-def main() -> None:
+def run(request: contract.HeldOut, maxtext_flags: list[str], setup: contract.Setup) -> None:
     from absl import flags
 
     flags.FLAGS(sys.argv[:1])  # Grain's data workers read absl flags, which MaxText's app.run would parse
-    split = sys.argv.index("--")
-    pairs_split = sys.argv.index(PAIRS_SEPARATOR) if PAIRS_SEPARATOR in sys.argv else len(sys.argv)
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--report", required=True)
-    parser.add_argument("--checkpoint", action="append", default=[], help="NAME=PATH, evaluated in order")
-    parser.add_argument("--pairs", action="append", default=[], help="NAME=PATH: held-out pair scores")
-    parser.add_argument("--pairs-reference", help="the NAME of --pairs the rewards are relative to")
-    parser.add_argument("--pairs-algorithm", choices=["dpo", "orpo"], default="dpo")
-    parser.add_argument("--pairs-beta", type=float, default=0.1)
-    ours = parser.parse_args(sys.argv[1:split])
-    maxtext_args = sys.argv[split + 1 : pairs_split]
     report = {"loss": {}}
-    if ours.pairs:
-        logps = {}
-        for spec in ours.pairs:
-            name, path = spec.split("=", 1)
-            logps[name] = pair_logps(sys.argv[pairs_split + 1 :], path)
-        report["pairs"] = preference_scores(logps, ours.pairs_reference, ours.pairs_algorithm, ours.pairs_beta)
+    if request.pairs:
+        logps = {name: pair_logps(request.pairs_flags, path) for name, path in request.pairs.items()}
+        reference = next(iter(request.pairs))
+        report["pairs"] = preference_scores(logps, reference, request.algorithm, request.beta)
         print(f"evaluation: pairs: {report['pairs']}", flush=True)
-    for spec in ours.checkpoint:
-        name, path = spec.split("=", 1)
-        report["loss"][name] = heldout_loss(maxtext_args, path)
+    for name, path in request.checkpoints.items():
+        report["loss"][name] = heldout_loss(maxtext_flags, path)
         print(f"evaluation: {name}: {report['loss'][name]}", flush=True)
-    with open(ours.report, "w") as f:
+    with open(request.report, "w") as f:
         json.dump(report, f, indent=2)
-
-
-if __name__ == "__main__":
-    main()

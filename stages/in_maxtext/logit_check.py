@@ -2,19 +2,18 @@
 mirror after convert_in, the conversion check: does the converted MaxText checkpoint compute
 what the base HF checkpoint computes?
 
-Run by convert_out (through stages.in_maxtext.main, like MaxText's own entry points):
+Run by convert_out (through stages.in_maxtext.main, like MaxText's own entry points), its
+request a contract.LogitCheck (stages/shared/contract.py): the exports and their reports, the
+base, the tie margin, the export's dtype, for LoRA the base parameters and the adapter; then
+MaxText's config file and flags, load_parameters_path= the trained parameters
+(stages/lib/flags.py builds both):
 
-    python -m stages.in_maxtext.main stages.in_maxtext.logit_check -- --export models/sft-hf \
-        --report R.json [--export OTHER --report R2.json ...] \
-        --base models/base-hf --tie-margin 0.05 --dtype bfloat16 \
-        [--lora-base models/base-maxtext/0/items --lora-adapter models/sft-maxtext/lora] -- \
-        <MaxText config file and flags, load_parameters_path= the trained params: stages/lib/flags.py>
+    python -m stages.in_maxtext.main stages.in_maxtext.logit_check --setup '{...}' \
+        --request '{"base": "models/base-hf", "reports": {"models/sft-hf": "R.json"}, "dtype": "bfloat16", ...}' \
+        -- <MaxText config file and flags>
 
-and by convert_in, on the converted checkpoint:
-
-    python -m stages.in_maxtext.main stages.in_maxtext.logit_check -- --conversion --report R.json \
-        --base models/base-hf [--export COPY --report R2.json ...] --tie-margin 0.05 -- \
-        <MaxText flags, load_parameters_path= models/base-maxtext/0/items>
+and by convert_in, on the converted checkpoint (`conversion`: each HF checkpoint of `reports`,
+the base first, against MaxText on load_parameters_path= models/base-maxtext/0/items).
 
 (convert_out runs it in the same process as the conversion: stages/in_maxtext/export_job.py.) Several
 exports of one trained checkpoint are checked against one reference, computed once: the
@@ -24,7 +23,7 @@ copies so, and tests/test_export.py its rejections).
 Like is compared with like. The export holds the trained float32 weights rounded to its
 dtype, so the reference is MaxText running exactly those rounded weights (each trained
 tensor rounded as the export rounds it, in the model family's HF layout: the family's
-`export_rounding`, stages/lib/families/), in float32, on a few fixed chat prompts;
+`export_rounding`, stages/shared/families/), in float32, on a few fixed chat prompts;
 `transformers` runs the export, in float32, on the same prompts, with MaxText's own arithmetic
 where MaxText differs by design (the family's `like_maxtext`: Gemma 3's tied output head, which
 MaxText computes with a bf16 table). An honest export then differs from its reference only by
@@ -37,13 +36,14 @@ rounded ones). For a LoRA run the trained weights are the merge (stages/in_maxte
 which is itself checked against MaxText applying the adapter unmerged, float32 both.
 """
 
-import argparse
 import json
-import sys
 
 import numpy as np
 
-from stages.lib.gate import summary
+from stages.shared import contract
+from stages.shared.logits import summary
+
+REQUEST = contract.LogitCheck
 
 # Fixed prompts: short, multi-turn, with a system prompt; a long one is added per model so
 # that sliding-window (local) attention layers see more than their window.
@@ -191,7 +191,7 @@ def round_like_the_export(model, model_name: str, dtype: str, hf_config) -> int:
     import jax.numpy as jnp
     from flax import nnx
 
-    from stages.lib import families
+    from stages.shared import families
 
     state = nnx.state(model, nnx.Param)
     changed = 0
@@ -213,7 +213,7 @@ def transformers_logits(model_dir: str, prompts: list[list[int]], model_name: st
     output head gives on the same hidden states (what MaxText's head costs: information)."""
     import torch
 
-    from stages.lib import families
+    from stages.shared import families
 
     model = families.language_model(model_dir, model_name, torch.float32)
     head = families.like_maxtext(model_name, model)
@@ -293,51 +293,16 @@ def check_conversion(base_dirs: list[str], tie_margin: float, model_name: str, m
     return reports
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--base", required=True, help="the base checkpoint, whose config.json the export's must equal")
-    parser.add_argument("--tie-margin", type=float, required=True)
-    parser.add_argument("--model-name", required=True, help="MaxText's model_name (which family's tables apply)")
-    parser.add_argument("--dtype", help="the export's dtype, which its weights were rounded to (exports only)")
-    parser.add_argument("--lora-base", help="with --lora-adapter: also check the merge against the adapter unmerged")
-    parser.add_argument("--lora-adapter")
-
-
-def run(ours: argparse.Namespace, exports: dict[str, str], maxtext_args: list[str]) -> None:
-    """Checks each export ({export directory: report path}) and writes its report."""
-    lora = (ours.lora_base, ours.lora_adapter) if ours.lora_adapter else None
-    for report_path, report in zip(
-        exports.values(),
-        check(list(exports), ours.base, ours.dtype, ours.tie_margin, ours.model_name, maxtext_args, lora),
-        strict=True,
-    ):
+def run(request: contract.LogitCheck, maxtext_flags: list[str], setup: contract.Setup) -> None:
+    """Checks each checkpoint of `request.reports` and writes its report."""
+    checkpoints = list(request.reports)
+    if request.conversion:
+        found = check_conversion(checkpoints, request.tie_margin, setup.model_name, maxtext_flags)
+    else:
+        lora = (request.lora_base, request.lora_adapter) if request.lora_adapter else None
+        found = check(
+            checkpoints, request.base, request.dtype, request.tie_margin, setup.model_name, maxtext_flags, lora
+        )
+    for report_path, report in zip(request.reports.values(), found, strict=True):
         with open(report_path, "w") as f:
             json.dump(report, f, indent=2)
-
-
-def main() -> None:
-    split = sys.argv.index("--")
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--conversion", action="store_true", help="check the converted checkpoint against --base")
-    parser.add_argument("--export", action="append", default=[], help="an export to check (repeatable)")
-    parser.add_argument("--report", action="append", required=True, help="its report (one per --export, in order)")
-    add_arguments(parser)
-    ours = parser.parse_args(sys.argv[1:split])
-    if ours.conversion:  # the base, then any --export as another checkpoint to hold against the conversion
-        checkpoints = [ours.base, *ours.export]
-        if len(checkpoints) != len(ours.report):
-            parser.error("one --report for the base and one per --export")
-        for report_path, report in zip(
-            ours.report,
-            check_conversion(checkpoints, ours.tie_margin, ours.model_name, sys.argv[split + 1 :]),
-            strict=True,
-        ):
-            with open(report_path, "w") as f:
-                json.dump(report, f, indent=2)
-        return
-    if len(ours.export) != len(ours.report) or not ours.dtype:
-        parser.error("one --report per --export, and --dtype")
-    run(ours, dict(zip(ours.export, ours.report, strict=True)), sys.argv[split + 1 :])
-
-
-if __name__ == "__main__":
-    main()

@@ -3,18 +3,23 @@
 MaxText's converters look the model up in a hard-coded table (`HF_MODEL_CONFIGS`, keyed by
 `model_name`) and name tensors the way transformers holds them in memory. This wrapper, run
 as the child process in place of `python -m <module>`, replaces that table entry with the
-checkpoint's `config.json` (in the form the family's tables read: stages/lib/families/) and,
+checkpoint's `config.json` (in the form the family's tables read: stages/shared/families/) and,
 for a checkpoint in another key layout (the Hub's, or text-only), renames the parameter
 mapping's Hugging Face names to match the file. Nothing of MaxText is edited: the
 entry point then runs unmodified, as its own `__main__`.
 
-    python -m stages.in_maxtext.main maxtext.checkpoint_conversion.to_maxtext --model-name gemma3-4b \
-        --hf-config models/base-hf --hf-layout hub -- .../maxtext/configs/base.yml model_name=gemma3-4b ...
+    python -m stages.in_maxtext.main maxtext.checkpoint_conversion.to_maxtext \
+        --setup '{"model_name": "gemma3-4b", "hf_config": "models/base-hf", "hf_layout": "hub", ...}' \
+        -- .../maxtext/configs/base.yml model_name=gemma3-4b ...
+
+What to do is the job's `Setup` (stages/shared/contract.py), as JSON on the command line; our
+own child modules (stages/in_maxtext/) get their typed request the same way, and run as
+`run(request, maxtext_flags, setup)`. MaxText's own flags follow `--`, as MaxText takes them.
 
 On a worker of a multi-host job (stages/lib/launch.py) the command must not name paths of
 the machine that built it: an argument `maxtext:<path>` is a file of the MaxText package
-installed here (its config files), and `--fetch gs://.../tokenizer=<dir>` copies what MaxText
-can only read from a local directory (the tokenizer) to <dir> first, once per worker.
+installed here (its config files), and Setup.fetch copies what MaxText can only read from a
+local directory (the tokenizer, the streams) from gs:// first, once per worker.
 
 Before the entry point runs, its imports are loaded and then frozen out of the garbage
 collector (`gc.freeze`): MaxText's converters call `gc.collect()` after every tensor, and
@@ -32,6 +37,8 @@ import os
 import runpy
 import sys
 
+from stages.shared import contract
+
 
 def use_checkpoint_config(model_name: str, config_dir: str) -> None:
     import transformers
@@ -47,7 +54,7 @@ def tables_read_the_config(model_name: str) -> None:
     text-only checkpoint's config.json does not have)."""
     from maxtext.checkpoint_conversion.utils import hf_shape, param_mapping
 
-    from stages.lib import families
+    from stages.shared import families
 
     adapt = getattr(families.of(model_name), "converter_config", None)
     if adapt is None:
@@ -60,8 +67,8 @@ def tables_read_the_config(model_name: str) -> None:
 def read_layout(model_name: str, layout: str) -> None:
     from maxtext.checkpoint_conversion.utils import param_mapping
 
-    from stages.lib import families
-    from stages.lib.checkpoint import rename
+    from stages.shared import families
+    from stages.shared.checkpoint import rename
 
     stock = param_mapping.PARAM_MAPPING[model_name]
     layouts = families.of(model_name).LAYOUTS
@@ -132,61 +139,60 @@ def fetch(url: str, local: str) -> None:
 
 
 def main() -> None:
-    if "--" not in sys.argv:
-        sys.exit(
-            "usage: python -m stages.in_maxtext.main MODULE [--model-name M --hf-config DIR] [--hf-layout L] -- ARGS..."
-        )
-    split = sys.argv.index("--")
-    parser = argparse.ArgumentParser()
+    split = sys.argv.index("--") if "--" in sys.argv else -1
+    parser = argparse.ArgumentParser(
+        usage="python -m stages.in_maxtext.main MODULE --setup JSON [--request JSON] [--validate-only] -- MAXTEXT_FLAGS"
+    )
     parser.add_argument("module")
+    parser.add_argument("--setup", required=True, help="a contract.Setup, as JSON (stages/shared/contract.py)")
+    parser.add_argument("--request", help="our module's request, as JSON (its REQUEST type)")
     parser.add_argument(
-        "--model-name", help="MaxText's model_name, whose table entries --hf-config/--hf-layout replace"
+        "--validate-only", action="store_true", help="only run MaxText's config validation on the flags"
     )
-    parser.add_argument("--hf-config", help="HF checkpoint directory whose config.json replaces MaxText's table entry")
-    parser.add_argument("--hf-layout", default="transformers", help="tensor-name layout of the HF checkpoint read")
-    parser.add_argument("--validate-only", action="store_true", help="only run MaxText's config validation on ARGS")
-    parser.add_argument("--fetch", action="append", default=[], metavar="URL=DIR", help="copy URL to DIR first")
-    parser.add_argument(
-        "--served-chat", action="store_true", help="SFT data rendered as served (stages/in_maxtext/served_chat.py)"
-    )
+    if split < 0:
+        parser.error("-- and MaxText's flags are required")
     ours = parser.parse_args(sys.argv[1:split])
-    maxtext_args = [in_this_install(a) for a in sys.argv[split + 1 :]]
-    for pair in ours.fetch:
-        url, local = pair.split("=", 1)
-        fetch(url, local)
-    name = ours.model_name
-    if (ours.hf_config or ours.hf_layout != "transformers") and not name:
-        parser.error("--hf-config and --hf-layout need --model-name")
-
+    setup = contract.decode(ours.setup, contract.Setup)
+    maxtext_flags = [in_this_install(a) for a in sys.argv[split + 1 :]]
     if ours.validate_only:
-        from maxtext.configs import pyconfig
-
-        # A module of ours (stages/in_maxtext/) takes its own options, then `--` and MaxText's.
-        if "--" in maxtext_args:
-            maxtext_args = maxtext_args[maxtext_args.index("--") + 1 :]
-        # The converters' own flags (--hf_model_path, ...) are not MaxText config keys, and
-        # validating must not try to join a TPU cluster.
-        keys = [a for a in maxtext_args if not a.startswith(("--", "skip_jax_distributed_system="))]
-        pyconfig.initialize_pydantic([ours.module] + keys + ["skip_jax_distributed_system=true"])
-        config = keys[0].split(os.sep + "configs" + os.sep, 1)[-1] if keys and keys[0].endswith(".yml") else "base.yml"
-        print(f"MaxText accepted the configuration for {ours.module} ({config})")
+        validate(ours.module, maxtext_flags)
         return
-    if ours.hf_config:
-        use_checkpoint_config(name, ours.hf_config)
-        tables_read_the_config(name)
-    if ours.hf_layout != "transformers":
-        read_layout(name, ours.hf_layout)
-    if ours.served_chat:
+    for url, local in setup.fetch.items():
+        fetch(url, local)
+    if setup.hf_config:
+        use_checkpoint_config(setup.model_name, setup.hf_config)
+        tables_read_the_config(setup.model_name)
+    if setup.hf_layout != "transformers":
+        read_layout(setup.model_name, setup.hf_layout)
+    if setup.served_chat:
         from stages.in_maxtext import served_chat
 
         served_chat.install()
+    if ours.module.startswith(contract.OURS):
+        module = importlib.import_module(ours.module)
+        gc.freeze()  # its imports are loaded (see the module docstring)
+        sys.argv = [ours.module]  # what absl (grain's workers read its flags) takes for the program
+        module.run(contract.decode(ours.request, module.REQUEST), maxtext_flags, setup)
+        return
     preload_imports(ours.module)
-    sys.argv = [ours.module] + maxtext_args
+    sys.argv = [ours.module] + maxtext_flags
     # alter_sys=False: this light module stays __main__, so the processes grain spawns for
     # data (they import the parent's __main__) start in ~10 s instead of ~25 s: they do not
     # import the whole trainer. (The config file is passed explicitly: MaxText need not
     # infer it from sys.argv[0].)
     runpy.run_module(ours.module, run_name="__main__", alter_sys=False)
+
+
+def validate(module: str, maxtext_flags: list[str]) -> None:
+    """MaxText's own config validation of the flags a job would run with (stage --dry-run)."""
+    from maxtext.configs import pyconfig
+
+    # The converters' own flags (--hf_model_path, ...) are not MaxText config keys, and
+    # validating must not try to join a TPU cluster.
+    keys = [a for a in maxtext_flags if not a.startswith(("--", "skip_jax_distributed_system="))]
+    pyconfig.initialize_pydantic([module] + keys + ["skip_jax_distributed_system=true"])
+    config = keys[0].split(os.sep + "configs" + os.sep, 1)[-1] if keys and keys[0].endswith(".yml") else "base.yml"
+    print(f"MaxText accepted the configuration for {module} ({config})")
 
 
 if __name__ == "__main__":

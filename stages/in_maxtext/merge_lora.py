@@ -2,8 +2,8 @@
 
 Run by the train stage (through stages.in_maxtext.main, for MaxText's environment):
 
-    python -m stages.in_maxtext.main stages.in_maxtext.merge_lora -- \
-        --base models/base-maxtext/0/items --adapter <step>/model_params --scale 2.0 --out OUT
+    python -m stages.in_maxtext.main stages.in_maxtext.merge_lora --setup '{...}' --request \
+        '{"base": "models/base-maxtext/0/items", "adapter": "<step>/model_params", "scale": 2.0, "out": OUT}' --
 
 With LoRA on, MaxText's SFT (Tunix) saves only the adapter, and MaxText's to_huggingface
 cannot merge it into a base converted by to_maxtext (it drops the adapter silently). Qwix,
@@ -16,12 +16,15 @@ reads. convert_out's check then compares the export with MaxText running base + 
 unmerged, so a wrong merge cannot pass.
 """
 
-import argparse
 import os
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+
+from stages.shared import contract
+
+REQUEST = contract.MergeLora
 
 
 def restore_numpy(path: str) -> dict:
@@ -63,21 +66,11 @@ def merge(base: dict, adapter: dict, scale: float) -> int:
     return merged
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--base", required=True)
-    parser.add_argument("--adapter", required=True)
-    parser.add_argument("--scale", type=float, required=True, help="lora alpha / rank")
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    base, adapter = restore_numpy(args.base), restore_numpy(args.adapter)
-    count = merge(base, adapter, args.scale)
+def run(request: contract.MergeLora, maxtext_flags: list[str], setup: contract.Setup) -> None:
+    base, adapter = restore_numpy(request.base), restore_numpy(request.adapter)
+    count = merge(base, adapter, request.scale)
     if count == 0:
-        raise SystemExit(f"{args.adapter}: no LoRA parameters found")
+        raise SystemExit(f"{request.adapter}: no LoRA parameters found")
     full = jax.tree.map(lambda x: np.asarray(x, dtype=np.float32), base)
-    ocp.PyTreeCheckpointer().save(os.path.abspath(args.out), full)
-    print(f"merge_lora: merged {count} adapted kernels (scale {args.scale}) into {args.out}", flush=True)
-
-
-if __name__ == "__main__":
-    main()
+    ocp.PyTreeCheckpointer().save(os.path.abspath(request.out), full)
+    print(f"merge_lora: merged {count} adapted kernels (scale {request.scale}) into {request.out}", flush=True)

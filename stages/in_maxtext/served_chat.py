@@ -1,4 +1,4 @@
-"""MaxText's SFT input pipeline fed conversations as they are served (stages/lib/rendering.py).
+"""MaxText's SFT input pipeline fed conversations as they are served (stages/shared/rendering.py).
 
 MaxText 0.2.5 (input_pipeline/hf_data_processing.py, use_sft) turns a conversation into
 tokens in two functions of `input_pipeline_utils`, each looked up on that module when its
@@ -22,7 +22,7 @@ whole, the default): training, its resume replay, evaluate's held-out loss.
 import numpy as np
 from maxtext.input_pipeline import input_pipeline_utils
 
-from stages.lib import rendering
+from stages.shared import rendering
 
 _stock_tokenization = input_pipeline_utils.tokenization  # taken at import: before install() replaces it
 

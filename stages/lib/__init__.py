@@ -1,6 +1,6 @@
 """What the stages share, on the parent's side: the `python -m stages.<name>` process DVC runs.
 Code that runs inside MaxText's own process is in stages/in_maxtext/; what differs between
-model families, in stages/lib/families/. Nothing here imports stages/in_maxtext/
+model families, in stages/shared/families/. Nothing here imports stages/in_maxtext/
 (docs/layout.md draws the layers).
 
   how a stage runs    errors (UserError, StageFailed, Interrupted: a leaf), cli (run a stage,

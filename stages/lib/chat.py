@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from stages.lib import package_data
-from stages.lib.errors import UserError
+from stages.shared.errors import UserError
 
 ROLES = ("system", "user", "assistant")
 FORMATS = ("messages", "sharegpt", "prompt_completion")

@@ -2,7 +2,7 @@
 
 Bad input (params, data, a missing checkpoint, no disk) is a `UserError`: the stage prints
 one line naming the field or file and the fix, and exits 2 before any expensive work. A
-failure inside MaxText is reported by `maxtext.run` with the tail of its log.
+failure inside MaxText is reported by `maxtext_process.run` with the tail of its log.
 """
 
 import ctypes
@@ -12,7 +12,7 @@ import signal
 import sys
 import time
 
-from stages.lib.errors import Interrupted, StageFailed, UserError
+from stages.shared.errors import Interrupted, StageFailed, UserError
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -26,7 +26,7 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
 def adopt_orphans() -> None:
     """Make this process the parent of any descendant whose own parent dies (Linux prctl),
     so that MaxText's data workers, orphaned when MaxText is killed, can still be found and
-    stopped (stages/lib/maxtext.py) instead of lingering under init."""
+    stopped (stages/lib/maxtext_process.py) instead of lingering under init."""
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
@@ -48,7 +48,7 @@ def record_time(stage: str, seconds: float) -> None:
 
 def run(main, stage: str) -> None:
     """Runs a stage's main(), turning UserError into one line on stderr and exit code 2."""
-    # If `dvc repro` is killed, stop too (and MaxText with us: maxtext.run forwards SIGTERM),
+    # If `dvc repro` is killed, stop too (and MaxText with us: maxtext_process.run forwards SIGTERM),
     # rather than training on as an orphan that a new `dvc repro` would race.
     die_with_parent()
     adopt_orphans()

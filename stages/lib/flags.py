@@ -1,28 +1,28 @@
-"""params.yaml -> MaxText command lines: the one place that decides what MaxText is told.
+"""params.yaml -> MaxText jobs: the one place that decides what MaxText's process is told.
 
 Each function returns the `Invocation` of one MaxText entry point (or one of our own child
-modules that drive MaxText's code): the module, its arguments with the MaxText config file
-first (so every run, a `--dry-run` included, reads the config the entry point documents),
-and what stages/in_maxtext/main.py must do before running it. The stages only choose
-paths; every param that reaches MaxText's command line passes through here, and so does every
-decision about it derived from params (LoRA or not, which checkpoint is the reference). Where
-the work runs (CPU or TPU, how many hosts) is hardware.py's to say; MaxText's environment
-is maxtext.py's (job_env), a multi-host job's launch is launch.py's.
+modules that drive MaxText's code): the module; MaxText's own flags, its config file first
+(so every run, a `--dry-run` included, reads the config the entry point documents); the
+`Setup` stages/in_maxtext/main.py does before running it; and, for our own child modules,
+their typed request (stages/shared/contract.py: the contract both processes import). The
+stages only choose paths; every param that reaches MaxText's process passes through here, and
+so does every decision about it derived from params (LoRA or not, which checkpoint is the
+reference). Where the work runs (CPU or TPU, how many hosts) is hardware.py's to say;
+MaxText's environment is maxtext_process.py's (job_env), a multi-host job's launch is
+launch.py's.
 
     python -m stages.train --dry-run      # prints one of these, validated by MaxText
 """
 
+import dataclasses
 import importlib.util
 import os
 from dataclasses import dataclass, field
 
-from stages.lib import families, hardware, paths
+from stages.lib import hardware, paths
+from stages.shared import contract, families
+from stages.shared.contract import TO_HUGGINGFACE, TO_MAXTEXT, TRAIN_COMPILE, TRAIN_DPO, TRAIN_SFT
 
-TO_MAXTEXT = "maxtext.checkpoint_conversion.to_maxtext"
-TO_HUGGINGFACE = "maxtext.checkpoint_conversion.to_huggingface"
-TRAIN_SFT = "maxtext.trainers.post_train.sft.train_sft"
-TRAIN_DPO = "maxtext.trainers.post_train.dpo.train_dpo"
-TRAIN_COMPILE = "maxtext.trainers.pre_train.train_compile"
 # The config file each entry point documents; our own child modules use SFT's, since they
 # run SFT's input pipeline or load what SFT trained.
 CONFIG_FILES = {
@@ -32,22 +32,18 @@ CONFIG_FILES = {
     TRAIN_SFT: "post_train/sft.yml",
     TRAIN_DPO: "post_train/dpo.yml",
 }
-SFT_RUN_NAME = "sft"
-PREFERENCE_RUN_NAME = "preference"
-CHECK_SEPARATOR = "--check--"  # export_job's arguments: to_huggingface's, then the export check's
-PAIRS_SEPARATOR = "--pairs--"  # heldout's arguments: SFT's config and flags, then train_dpo's
 
 
 @dataclass(frozen=True)
 class Invocation:
-    module: str  # run as `python -m stages.in_maxtext.main <module> ... -- <args>`
-    args: list[str]
-    hf_config: str | None = None  # checkpoint whose config.json replaces MaxText's table entry
-    model_name: str | None = None  # ... for this model_name (given with hf_config or hf_layout)
-    hf_layout: str | None = None  # tensor-name layout of the HF checkpoint read
-    served_chat: bool = False  # MaxText's SFT pipeline renders conversations as served (in_maxtext/served_chat.py)
-    env: dict[str, str] = field(default_factory=dict)  # on top of maxtext.child_env
-    fetch: dict[str, str] = field(default_factory=dict)  # {gs:// dir: local dir} copied first, on each worker
+    """One MaxText process: `python -m stages.in_maxtext.main <module> --setup ... [--request
+    ...] -- <args>` (stages/lib/maxtext_process.py: command)."""
+
+    module: str  # one of MaxText's entry points, or our own child module (contract.OURS)
+    args: list[str]  # MaxText's own flags, its config file first
+    setup: contract.Setup  # what the wrapper does first
+    request: object | None = None  # our child module's typed request (its REQUEST type)
+    env: dict[str, str] = field(default_factory=dict)  # on top of maxtext_process.child_env
 
 
 @dataclass(frozen=True)
@@ -58,6 +54,11 @@ class Staged:
     tokenizer: str  # each worker's copy of the tokenizer files ...
     eval_file: str  # ... and of the eval split (transformers and datasets read local files)
     fetch: dict[str, str]  # {gs:// directory: the worker-local copy}, made before MaxText starts
+
+
+def setup(params: dict, **what) -> contract.Setup:
+    """The wrapper's Setup for a job of this recipe's model (`what`: the rest of it)."""
+    return contract.Setup(model_name=params["model"]["maxtext_name"], **what)
 
 
 def config_file(module: str, portable: bool = False) -> str:
@@ -78,7 +79,7 @@ def _abs(path: str) -> str:
     return path if "://" in path else os.path.abspath(os.path.expanduser(path))
 
 
-def on_cpu(params: dict) -> dict:
+def placed_on_cpu(params: dict) -> dict:
     """The same params with the work placed on this machine's CPU, in one process (compiling
     for a TPU topology, or replaying the input pipeline, needs no TPU)."""
     return {**params, "hardware": {"kind": "cpu", "hosts": 1, "tpu_env": None}}
@@ -92,7 +93,7 @@ def one_host(params: dict) -> dict:
     (Decided by hardware.kind, which these stages declare, not hardware.hosts, which they do
     not: a TPU kind fixes its host count, params.py checks hardware.hosts agrees.)"""
     tpu = hardware.TPUS.get(params["hardware"]["kind"])
-    return on_cpu(params) if tpu and tpu.hosts > 1 else params
+    return placed_on_cpu(params) if tpu and tpu.hosts > 1 else params
 
 
 def one_host_env(params: dict) -> dict[str, str]:
@@ -189,9 +190,11 @@ def convert_in(params: dict, out_dir: str) -> Invocation:
             "--lazy_load_tensors=true",  # one tensor at a time: RAM stays ~1 GB + the largest tensor
             f"--save_dtype={params['convert_in']['save_dtype']}",
         ],
-        hf_config=paths.BASE_HF,
-        hf_layout=families.detect_layout(paths.BASE_HF, params["model"]["maxtext_name"]),
-        model_name=params["model"]["maxtext_name"],
+        setup(
+            params,
+            hf_config=paths.BASE_HF,
+            hf_layout=families.detect_layout(paths.BASE_HF, params["model"]["maxtext_name"]),
+        ),
         env=one_host_env(params),
     )
 
@@ -201,25 +204,20 @@ def conversion_check(params: dict, converted_dir: str, report: str, others: dict
     parameters in converted_dir against transformers on the base checkpoint (and on `others`,
     {HF checkpoint: report}, the calibration's faulty copies)."""
     c = params["convert_in"]["check"]
-    pairs = [a for other, other_report in (others or {}).items() for a in ("--export", other, "--report", other_report)]
     return Invocation(
         "stages.in_maxtext.logit_check",
         [
-            "--conversion",
-            "--report",
-            report,
-            "--base",
-            paths.BASE_HF,
-            *pairs,
-            "--tie-margin",
-            str(c["tie_margin"]),
-            "--model-name",
-            params["model"]["maxtext_name"],
-            "--",
             config_file(TRAIN_SFT),
             *common(one_host(params)),
             f"load_parameters_path={_abs(paths.converted_params(converted_dir))}",
         ],
+        setup(params),
+        contract.LogitCheck(
+            base=paths.BASE_HF,
+            reports={paths.BASE_HF: report, **(others or {})},
+            tie_margin=c["tie_margin"],
+            conversion=True,
+        ),
         env=one_host_env(params),
     )
 
@@ -228,7 +226,7 @@ def _training(params: dict, staged: Staged | None = None) -> list[str]:
     t = params["train"]
     return [
         f"load_parameters_path={staged.parameters if staged else _abs(paths.BASE_MAXTEXT_PARAMS)}",
-        f"run_name={SFT_RUN_NAME}",
+        f"run_name={contract.SFT_RUN_NAME}",
         f"steps={t['steps']}",
         f"per_device_batch_size={t['per_device_batch_size']}",
         f"gradient_accumulation_steps={t['gradient_accumulation_steps']}",
@@ -260,7 +258,7 @@ def train(
         *checkpoint_storage(params),
         *profiler(params),
     ]
-    return Invocation(TRAIN_SFT, args, served_chat=served(params), fetch=staged.fetch if staged else {})
+    return Invocation(TRAIN_SFT, args, setup(params, served_chat=served(params), fetch=staged.fetch if staged else {}))
 
 
 def preference_data(p: dict, train_file: str | None = None, staged: Staged | None = None) -> list[str]:
@@ -314,7 +312,7 @@ def preference(
         *preference_data(p, train_file, staged),
         *preference_objective(params),
         f"load_parameters_path={staged.parameters if staged else _abs(paths.SFT_PARAMS)}",
-        f"run_name={PREFERENCE_RUN_NAME}",
+        f"run_name={contract.PREFERENCE_RUN_NAME}",
         f"steps={p['steps']}",
         f"gradient_accumulation_steps={p['gradient_accumulation_steps']}",
         f"learning_rate={p['learning_rate']}",
@@ -327,7 +325,7 @@ def preference(
         f"metrics_file={metrics_file}",
         *checkpoint_storage(params),
     ]
-    return Invocation(TRAIN_DPO, args, fetch=staged.fetch if staged else {})
+    return Invocation(TRAIN_DPO, args, setup(params, fetch=staged.fetch if staged else {}))
 
 
 def profiler(params: dict) -> list[str]:
@@ -350,24 +348,18 @@ def data_position(
     """The resume replay (stages/in_maxtext/data_position.py): training's input pipeline, on CPU with
     as many simulated devices as one host of the recipe's accelerator has, so batches are the
     same; `streams`: each host's stream of a multi-host job, replayed one by one."""
-    cpu = on_cpu(params)
-    each = ["--streams", *streams] if streams else []
+    cpu = placed_on_cpu(params)
     return Invocation(
         "stages.in_maxtext.data_position",
         [
-            "--steps",
-            str(steps),
-            "--report",
-            report,
-            *each,
-            "--",
             config_file(TRAIN_SFT),
             *common(cpu),
             *data(cpu, train_file, workers=0),
             *_training(cpu),
             f"base_output_directory={output_dir}",
         ],
-        served_chat=served(params),
+        setup(params, served_chat=served(params)),
+        contract.DataPosition(steps=steps, report=report, streams=streams or []),
         env={"XLA_FLAGS": f"--xla_force_host_platform_device_count={hardware.devices_per_host(params)}"},
     )
 
@@ -375,49 +367,38 @@ def data_position(
 def batches(params: dict, data_file: str, output_dir: str, rows: int, report: str) -> Invocation:
     """MaxText's training rows of `data_file` (stages/in_maxtext/batches.py): training's input
     pipeline and rendering, on this machine's CPU, one host's batches (tools/batches.py)."""
-    cpu = on_cpu(params)
+    cpu = placed_on_cpu(params)
     return Invocation(
         "stages.in_maxtext.batches",
         [
-            "--rows",
-            str(rows),
-            "--report",
-            report,
-            "--",
             config_file(TRAIN_SFT),
             *common(cpu),
             *data(cpu, data_file, workers=0),
             *_training(cpu),
             f"base_output_directory={output_dir}",
         ],
-        served_chat=served(params),
+        setup(params, served_chat=served(params)),
+        contract.Batches(rows=rows, report=report),
     )
 
 
-def count_tokens(splits: dict[str, str], rendering: str) -> Invocation:
+def count_tokens(params: dict, splits: dict[str, str]) -> Invocation:
     """Tokens per conversation of each {jsonl: output prefix} (stages/in_maxtext/count_tokens.py),
     with the tokenizer and rendering training uses."""
-    pairs = [a for jsonl, out in splits.items() for a in ("--split", _abs(jsonl), _abs(out))]
-    return Invocation(
-        "stages.in_maxtext.count_tokens", ["--tokenizer", _abs(paths.BASE_HF), "--rendering", rendering, *pairs]
+    request = contract.CountTokens(
+        tokenizer=_abs(paths.BASE_HF),
+        rendering=params["train"]["chat_rendering"],
+        splits={_abs(jsonl): _abs(out) for jsonl, out in splits.items()},
     )
+    return Invocation("stages.in_maxtext.count_tokens", [], setup(params), request)
 
 
 def merge_lora(params: dict, adapter: str, out: str) -> Invocation:
     lo = params["train"]["lora"]
-    return Invocation(
-        "stages.in_maxtext.merge_lora",
-        [
-            "--base",
-            _abs(paths.BASE_MAXTEXT_PARAMS),
-            "--adapter",
-            _abs(adapter),
-            "--scale",
-            str(lo["alpha"] / lo["rank"]),
-            "--out",
-            _abs(out),
-        ],
+    request = contract.MergeLora(
+        base=_abs(paths.BASE_MAXTEXT_PARAMS), adapter=_abs(adapter), scale=lo["alpha"] / lo["rank"], out=_abs(out)
     )
+    return Invocation("stages.in_maxtext.merge_lora", [], setup(params), request)
 
 
 def _to_huggingface(params: dict) -> list[str]:
@@ -439,27 +420,20 @@ def convert_out(params: dict, out_dir: str) -> Invocation:
     return Invocation(
         TO_HUGGINGFACE,
         [*_to_huggingface(params), f"base_output_directory={_abs(out_dir)}"],
-        hf_config=paths.BASE_HF,
-        model_name=params["model"]["maxtext_name"],
+        setup(params, hf_config=paths.BASE_HF),
         env=one_host_env(params),
     )
 
 
-def _check_options(params: dict) -> list[str]:
+def _export_check(params: dict, reports: dict[str, str]) -> contract.LogitCheck:
+    """The export check of exports ({export directory: report}) of the trained parameters."""
     c = params["convert_out"]
-    ours = [
-        "--base",
-        paths.BASE_HF,
-        "--tie-margin",
-        str(c["check"]["tie_margin"]),
-        "--dtype",
-        c["dtype"],
-        "--model-name",
-        params["model"]["maxtext_name"],
-    ]
+    lora = {}
     if lora_enabled(params):
-        ours += ["--lora-base", _abs(paths.BASE_MAXTEXT_PARAMS), "--lora-adapter", _abs(paths.SFT_LORA)]
-    return ours
+        lora = {"lora_base": _abs(paths.BASE_MAXTEXT_PARAMS), "lora_adapter": _abs(paths.SFT_LORA)}
+    return contract.LogitCheck(
+        base=paths.BASE_HF, reports=reports, tie_margin=c["check"]["tie_margin"], dtype=c["dtype"], **lora
+    )
 
 
 def _check_reference(params: dict) -> list[str]:
@@ -476,10 +450,11 @@ def export_check(params: dict, exports: dict[str, str]) -> Invocation:
     report path}): against MaxText running the trained parameters rounded as the export rounds
     them; for a LoRA run also the merged parameters against the base with its adapter applied
     by MaxText, unmerged."""
-    pairs = [a for export_dir, report in exports.items() for a in ("--export", export_dir, "--report", report)]
     return Invocation(
         "stages.in_maxtext.logit_check",
-        [*pairs, *_check_options(params), "--", *_check_reference(params)],
+        _check_reference(params),
+        setup(params),
+        _export_check(params, exports),
         env=one_host_env(params),
     )
 
@@ -488,20 +463,18 @@ def export_job(params: dict, out_dir: str, report: str) -> Invocation:
     """convert_out's work in one process (stages/in_maxtext/export_job.py): to_huggingface, the
     assembly into out_dir, the export check."""
     c = params["convert_out"]
-    ours = [
-        "--out",
-        _abs(out_dir),
-        "--shard-bytes",
-        str(c["shard_size_mb"] * 1024 * 1024),
-        "--report",
-        report,
-        *_check_options(params),
-    ]
+    request = contract.ExportJob(
+        out=_abs(out_dir),
+        shard_bytes=c["shard_size_mb"] * 1024 * 1024,
+        report=report,
+        check=_export_check(params, {_abs(out_dir): report}),
+        check_flags=_check_reference(params),
+    )
     return Invocation(
         "stages.in_maxtext.export_job",
-        [*ours, "--", *_to_huggingface(params), CHECK_SEPARATOR, *_check_reference(params)],
-        hf_config=paths.BASE_HF,
-        model_name=params["model"]["maxtext_name"],
+        _to_huggingface(params),
+        setup(params, hf_config=paths.BASE_HF),
+        request,
         env=one_host_env(params),
     )
 
@@ -515,30 +488,28 @@ def heldout(
     preference: dict | None = None,
 ) -> Invocation:
     """The evaluate stage's child (stages/in_maxtext/heldout.py): held-out loss of each MaxText
-    checkpoint, through training's data flags; with `pairs` ({name: checkpoint}, the first the
-    reference) and the `preference` settings they were tuned with, their scores on the held-out
-    preference pairs."""
-    ours = ["--report", report]
-    pair_args = []
+    checkpoint, through training's data flags, on conversations rendered as served; with
+    `pairs` ({name: checkpoint}, the first the reference) and the `preference` settings they
+    were tuned with, their scores on the held-out preference pairs."""
+    request = contract.HeldOut(report=report, checkpoints={name: _abs(p) for name, p in checkpoints.items()})
     if pairs:
-        ours += [a for name, path in pairs.items() for a in ("--pairs", f"{name}={_abs(path)}")]
         weight = preference["beta"] if preference["algorithm"] == "dpo" else preference["orpo_lambda"]
-        ours += ["--pairs-reference", next(iter(pairs)), "--pairs-algorithm", preference["algorithm"]]
-        ours += ["--pairs-beta", str(weight)]
-        pair_args = [
-            PAIRS_SEPARATOR,
-            config_file(TRAIN_DPO),
-            *common(one_host(params)),
-            *preference_data(preference),
-            f"base_output_directory={_abs(output_dir)}",
-            "run_name=evaluate-pairs",
-        ]
-    ours += [a for name, path in checkpoints.items() for a in ("--checkpoint", f"{name}={_abs(path)}")]
+        request = dataclasses.replace(
+            request,
+            pairs={name: _abs(path) for name, path in pairs.items()},
+            algorithm=preference["algorithm"],
+            beta=weight,
+            pairs_flags=[
+                config_file(TRAIN_DPO),
+                *common(one_host(params)),
+                *preference_data(preference),
+                f"base_output_directory={_abs(output_dir)}",
+                "run_name=evaluate-pairs",
+            ],
+        )
     return Invocation(
         "stages.in_maxtext.heldout",
         [
-            *ours,
-            "--",
             config_file(TRAIN_SFT),
             *common(one_host(params)),
             *data(params, workers=0),
@@ -547,9 +518,9 @@ def heldout(
             # Training's batches, so that the batch-averaged loss is the one training's
             # evaluation reports (stages/in_maxtext/heldout.py).
             f"per_device_batch_size={params['train']['per_device_batch_size']}",
-            *pair_args,
         ],
-        served_chat=True,  # the held-out loss of conversations as they are served, whatever training did
+        setup(params, served_chat=True),  # the held-out loss of conversations as served, whatever training did
+        request,
         env=one_host_env(params),
     )
 
@@ -562,7 +533,7 @@ def fit_check(params: dict, workdir: str, overrides: dict) -> Invocation:
         TRAIN_COMPILE,
         [
             config_file(TRAIN_COMPILE),
-            *common(on_cpu(params)),
+            *common(placed_on_cpu(params)),
             f"compile_topology={hardware.TPUS[params['hardware']['kind']].topology}",
             "compile_topology_num_slices=1",
             f"base_output_directory={workdir}",
@@ -573,6 +544,7 @@ def fit_check(params: dict, workdir: str, overrides: dict) -> Invocation:
             # No TPU is used, so do not take libtpu's single-process lock: the check must work beside
             # a training run holding the TPU (or a test process that loaded libtpu).
         ],
+        setup(params),
         # The environment it is tested in, on a machine with chips too: JAX sets
         # TPU_SKIP_MDS_QUERY itself only where it finds no chips; on a TPU VM the compile must
         # not wait on the metadata server or the slice's other workers either.

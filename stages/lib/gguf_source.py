@@ -28,7 +28,7 @@ import os
 import struct
 from dataclasses import dataclass
 
-from stages.lib.checkpoint import CheckpointError
+from stages.shared.checkpoint import CheckpointError
 
 MAGIC = b"GGUF"
 SHA256_CHUNK = 1 << 20

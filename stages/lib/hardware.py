@@ -12,7 +12,7 @@ import os
 import shutil
 from dataclasses import dataclass
 
-from stages.lib.errors import UserError
+from stages.shared.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 The token is whatever huggingface_hub finds by itself: the HF_TOKEN environment variable or
 the login stored by `hf auth login`. It is never a parameter, never on a command line, and
-never passed on to MaxText (see maxtext.child_env). HF_ENDPOINT selects another Hub (the
+never passed on to MaxText (see maxtext_process.child_env). HF_ENDPOINT selects another Hub (the
 tests point it at a local stand-in server).
 """
 
@@ -12,7 +12,7 @@ import huggingface_hub
 from huggingface_hub import errors
 
 from stages.lib import outputs
-from stages.lib.errors import UserError
+from stages.shared.errors import UserError
 
 # What a model checkpoint needs; skips e.g. original/ or consolidated PyTorch copies.
 MODEL_FILES = ["*.json", "*.safetensors", "tokenizer.model", "*.jinja", "*.txt"]

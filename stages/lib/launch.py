@@ -25,15 +25,15 @@ import shlex
 import subprocess
 import sys
 
-from stages.lib import hardware, maxtext
-from stages.lib.errors import StageFailed
+from stages.lib import hardware, maxtext_process
 from stages.lib.flags import Invocation
+from stages.shared.errors import StageFailed
 
 WORKLOAD_PREFIX = "sft-"  # in place of train's "train-" (the preference stage's name stays)
 
 
 def one_process(params: dict) -> bool:
-    """Whether a training stage runs as one MaxText process on this machine (maxtext.run), not
+    """Whether a training stage runs as one MaxText process on this machine (maxtext_process.run), not
     as a job of one process per host (run)."""
     return hardware.hosts(params) == 1 and params["runtime"]["launcher"] == "local"
 
@@ -54,11 +54,11 @@ def process_env(params: dict, index: int) -> dict[str, str]:
 
 def worker_line(invocation: Invocation, env: dict[str, str], project_dir: str, python: str) -> str:
     """The shell line a worker runs: in the project's directory there, with exactly `env` set on
-    top of its own (the recipe's settings, never a credential: maxtext.job_env), exec'd so that
+    top of its own (the recipe's settings, never a credential: maxtext_process.job_env), exec'd so that
     stopping the transport stops MaxText."""
     assigned = [f"{k}={v}" for k, v in sorted(env.items())]
     return f"cd {shlex.quote(project_dir)} && exec " + shlex.join(
-        ["env", *assigned, python, *maxtext.command(invocation)[1:]]
+        ["env", *assigned, python, *maxtext_process.command(invocation)[1:]]
     )
 
 
@@ -89,17 +89,21 @@ def transport(params: dict, index: int, line: str) -> list[str]:
     return ["bash", "-c", line]
 
 
-def workers(stage: str, invocation: Invocation, params: dict) -> list[maxtext.Worker]:
+def workers(stage: str, invocation: Invocation, params: dict) -> list[maxtext_process.Worker]:
     """The job's processes, one per host (local or slice launcher)."""
     hosts, on_slice = hardware.hosts(params), params["runtime"]["launcher"] == "slice"
     python = ".venv/bin/python" if on_slice else sys.executable  # scripts/setup-tpu.sh's, on every worker
     out = []
     for i in range(hosts):
         mine = invocation if on_slice else _own_metrics_file(invocation, i)
-        env = {**maxtext.job_env(params), **mine.env, **process_env(params, i)}
-        log = os.path.join(maxtext.LOG_DIR, f"{stage}.worker-{i}.log")
+        env = {**maxtext_process.job_env(params), **mine.env, **process_env(params, i)}
+        log = os.path.join(maxtext_process.LOG_DIR, f"{stage}.worker-{i}.log")
         line = worker_line(mine, env, os.getcwd(), python)
-        out.append(maxtext.Worker(f"worker {i} of {hosts}", transport(params, i, line), maxtext.child_env(params), log))
+        out.append(
+            maxtext_process.Worker(
+                f"worker {i} of {hosts}", transport(params, i, line), maxtext_process.child_env(params), log
+            )
+        )
     return out
 
 
@@ -131,7 +135,7 @@ def xpk_create(params: dict, invocation: Invocation, workload: str) -> list[str]
     """`xpk workload create` for the job: every pod of the workload runs the same line, in the
     image's project directory (/app, Dockerfile)."""
     x = params["runtime"]["xpk"]
-    line = worker_line(invocation, {**maxtext.job_env(params), **invocation.env}, "/app", ".venv/bin/python")
+    line = worker_line(invocation, {**maxtext_process.job_env(params), **invocation.env}, "/app", ".venv/bin/python")
     return [
         "xpk",
         "workload",
@@ -164,41 +168,46 @@ def xpk_wait(params: dict, workload: str) -> list[str]:
 
 def run(stage: str, invocation: Invocation, params: dict, work_name: str, progress=None) -> None:
     """Runs the training on the recipe's launcher and waits for it: one process on this machine
-    (maxtext.run), or a job of one per host. A failed or killed worker stops the job and the
-    error names it (maxtext.run_workers)."""
+    (maxtext_process.run), or a job of one per host. A failed or killed worker stops the job and the
+    error names it (maxtext_process.run_workers)."""
     if one_process(params):
-        maxtext.run(stage, invocation, params, progress=progress)
+        maxtext_process.run(stage, invocation, params, progress=progress)
         return
     launcher = params["runtime"]["launcher"]
     if launcher == "xpk":
         workload = workload_name(work_name)
         created = subprocess.run(
-            xpk_create(params, invocation, workload), env=maxtext.child_env(params), capture_output=True, text=True
+            xpk_create(params, invocation, workload),
+            env=maxtext_process.child_env(params),
+            capture_output=True,
+            text=True,
         )
         if created.returncode != 0:
             raise StageFailed(f"xpk workload create failed: {(created.stderr or created.stdout).strip()[-2000:]}")
-        log = os.path.join(maxtext.LOG_DIR, f"{stage}.xpk.log")
+        log = os.path.join(maxtext_process.LOG_DIR, f"{stage}.xpk.log")
         # No step lines: the metrics file MaxText writes is inside the workload's pods.
         print(
             f"{stage}: XPK workload {workload} created; its logs: xpk workload list --cluster="
             f"{params['runtime']['xpk']['cluster']} (Cloud Logging link there)",
             flush=True,
         )
-        waiter = maxtext.Worker(f"XPK workload {workload}", xpk_wait(params, workload), maxtext.child_env(params), log)
-        maxtext.run_workers(stage, invocation.module, [waiter])
+        waiter = maxtext_process.Worker(
+            f"XPK workload {workload}", xpk_wait(params, workload), maxtext_process.child_env(params), log
+        )
+        maxtext_process.run_workers(stage, invocation.module, [waiter])
         return
     try:
-        maxtext.run_workers(stage, invocation.module, workers(stage, invocation, params), progress)
+        maxtext_process.run_workers(stage, invocation.module, workers(stage, invocation, params), progress)
     except BaseException:
         if launcher == "slice":
-            subprocess.run(stop_slice(params), env=maxtext.child_env(params), capture_output=True)
+            subprocess.run(stop_slice(params), env=maxtext_process.child_env(params), capture_output=True)
         raise
 
 
 def dry_run(stage: str, invocation: Invocation, params: dict, work_name: str) -> None:
     """--dry-run of a training stage: the exact command of its process, or of every worker of
     its job (XPK's), printed, and MaxText's validation of it."""
-    maxtext.dry_run(
+    maxtext_process.dry_run(
         stage, invocation, params, plan=None if one_process(params) else describe(params, invocation, work_name, stage)
     )
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.lib import paths
-from stages.lib.errors import UserError
+from stages.shared.errors import UserError
 
 POLICIES = ("truncate", "drop", "whole_turns")
 FITTED = "fitted.jsonl"

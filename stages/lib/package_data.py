@@ -20,7 +20,7 @@ import hashlib
 import importlib.metadata
 import os
 
-from stages.lib.errors import UserError
+from stages.shared.errors import UserError
 
 CHUNK = 1 << 20
 

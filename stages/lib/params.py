@@ -15,14 +15,16 @@ and check params.yaml (.vscode/settings.json points VS Code's YAML extension at 
 import difflib
 import os
 import re
+import types
 import typing
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from stages.lib import chat, families, hardware, long_rows, rendering
-from stages.lib.errors import UserError
+from stages.lib import chat, hardware, long_rows
+from stages.shared import families, rendering
+from stages.shared.errors import UserError
 
 PARAMS_FILE = "params.yaml"
 
@@ -156,7 +158,7 @@ class DatasetParams(DataSource):
 class ModelParams(Section):
     maxtext_name: Choice(
         *families.maxtext_names(),
-        doc="MaxText's model (its family: stages/lib/families/); the dimensions come from the checkpoint",
+        doc="MaxText's model (its family: stages/shared/families/); the dimensions come from the checkpoint",
     )
     scan_layers: Bool()
     checkpoint_ocdbt: Bool()
@@ -188,7 +190,7 @@ class TrainParams(Section):
         *rendering.RENDERINGS,
         doc="whole: each conversation through the chat template once, as it is served; per_round: MaxText "
         "0.2.5's own (each round alone: a BOS before every round, Qwen 3's think block in every answer), "
-        "kept to measure the difference (stages/lib/rendering.py)",
+        "kept to measure the difference (stages/shared/rendering.py)",
     )
     long_conversations: Choice(
         *long_rows.POLICIES,
@@ -406,7 +408,8 @@ class Params(Section):
 
 def _section(annotation) -> type[BaseModel] | None:
     """The section model a field holds (a section, or a section or null), else None."""
-    for candidate in (annotation, *typing.get_args(annotation)):
+    optional = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    for candidate in (annotation, *(typing.get_args(annotation) if optional else ())):
         if isinstance(candidate, type) and issubclass(candidate, BaseModel):
             return candidate
     return None

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import fsspec
 
-from stages.lib import flags, hardware, launch, long_rows, maxtext, paths, stream, workdir
-from stages.lib.errors import UserError
+from stages.lib import flags, hardware, launch, long_rows, maxtext_process, paths, stream, workdir
+from stages.shared.errors import UserError
 
 TOKENIZER_SKIP = (".safetensors", ".safetensors.index.json", ".bin", ".pth")  # weights: not the tokenizer's
 
@@ -119,7 +119,7 @@ def streams_from(params: dict, work: workdir.Workdir, step: int, rows: long_rows
         replay = flags.data_position(
             params, work.url, full[0], step, os.path.join(work.local, report), streams=full if len(full) > 1 else None
         )
-        maxtext.run("train.data_position", replay, params)
+        maxtext_process.run("train.data_position", replay, params)
         work.save(report)
     with open(os.path.join(work.local, report)) as f:
         consumed = json.load(f)["rows"]

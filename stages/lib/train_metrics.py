@@ -161,7 +161,7 @@ class Curve:
 
 
 def reporter(metrics_file: str, total: int, eval_interval: int, on_poll=None, curve: Curve | None = None):
-    """A progress poller for maxtext.run: the newest step, or how long MaxText has been
+    """A progress poller for maxtext_process.run: the newest step, or how long MaxText has been
     starting. `on_poll` runs first at every poll (the train stage prunes checkpoints); each
     new line goes to `curve`."""
     started = time.monotonic()

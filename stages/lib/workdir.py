@@ -35,7 +35,7 @@ import os
 import fsspec
 
 from stages.lib.dvc_yaml import declared
-from stages.lib.errors import StageFailed
+from stages.shared.errors import StageFailed
 
 TRAINER_PACKAGES = ("maxtext", "google-tunix")
 # Outputs identified by what they were made from, not by their bytes (see above).

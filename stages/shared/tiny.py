@@ -1,12 +1,12 @@
 """What every family's tiny checkpoint is made of: weights drawn with numpy from a seed and
 written in the Hub's sharded safetensors layout. No torch is needed. The family modules
-(stages/lib/families/) say which tensors, config and tokenizer a tiny model has.
+(stages/shared/families/) say which tensors, config and tokenizer a tiny model has.
 """
 
 import json
 import os
 
-from stages.lib import checkpoint
+from stages.shared import checkpoint
 
 SHARD_BYTES = 32 * 1024 * 1024  # small shards, so the index/shard code path of real checkpoints runs
 

@@ -17,15 +17,15 @@ vocabulary (the tiktoken file MaxText ships, tokenizer_llama3.tiktoken, as HF fi
 MaxText's names for the 256 special tokens) and Llama 3's chat template, written here (no
 installed package ships it: Meta's Llama-3-Instruct template, without 3.1's date header):
 
-    python -c "from stages.lib.families import llama3; llama3.build_tiny('/tmp/tiny-llama', seed=0)"
+    python -c "from stages.shared.families import llama3; llama3.build_tiny('/tmp/tiny-llama', seed=0)"
 """
 
 import functools
 import os
 import tempfile
 
-from stages.lib import tiny
-from stages.lib.families import dimension_args, problems_in, refuse, rounded
+from stages.shared import tiny
+from stages.shared.families import dimension_args, problems_in, refuse, rounded
 
 NAME = "Llama 3"
 MAXTEXT_NAMES = ("llama3.1-8b", "llama3.1-70b", "llama3.1-405b")
@@ -33,7 +33,7 @@ PIPELINE_TAG = "text-generation"  # the Hub's task for the model card
 END_OF_TURN = "<|eot_id|>"  # ends each turn of its template: where an answer ends
 TINY = (
     "LlamaForCausalLM, 4 layers, hidden 128; Llama 3's vocabulary (MaxText's tokenizer_llama3.tiktoken) and "
-    "Meta's Llama 3 Instruct chat template (written in stages/lib/families/llama3.py)"
+    "Meta's Llama 3 Instruct chat template (written in stages/shared/families/llama3.py)"
 )
 LAYOUTS = {"transformers": {"language_model": "model.", "lm_head": "lm_head."}}
 

@@ -23,7 +23,7 @@ Nothing outside this package names a family. A family module defines:
   TINY          one line: what the tiny model is and where its tokenizer comes from
   PIPELINE_TAG  the Hub's task for a model card (tools/publish.py)
   END_OF_TURN   the chat template's end-of-turn marker: where an answer ends (the benchmark's
-                stop string; training finds it in the template itself, stages/lib/rendering.py)
+                stop string; training finds it in the template itself, stages/shared/rendering.py)
 
 Adding a family is one module here plus its tiny recipe (docs/families.md, "Adding a model family").
 """
@@ -31,14 +31,14 @@ Adding a family is one module here plus its tiny recipe (docs/families.md, "Addi
 import importlib
 import pkgutil
 
-from stages.lib import checkpoint
-from stages.lib.checkpoint import CheckpointError
+from stages.shared import checkpoint
+from stages.shared.checkpoint import CheckpointError
 
 MODULES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)))  # every module here is a family
 
 
 def _load(name: str):
-    return importlib.import_module(f"stages.lib.families.{name}")
+    return importlib.import_module(f"stages.shared.families.{name}")
 
 
 def all_families() -> list:

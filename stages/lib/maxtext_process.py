@@ -10,6 +10,7 @@ import collections
 import contextlib
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -21,8 +22,9 @@ import psutil
 
 from stages.lib import hardware
 from stages.lib.cli import die_with_parent
-from stages.lib.errors import Interrupted, StageFailed
 from stages.lib.flags import Invocation
+from stages.shared import contract
+from stages.shared.errors import Interrupted, StageFailed
 
 LOG_DIR = "logs"
 # Environment variables that may hold credentials. MaxText never needs them: every input it
@@ -81,34 +83,21 @@ def child_env(params: dict) -> dict[str, str]:
 
 
 def command(invocation: Invocation) -> list[str]:
-    """The child's command line: MaxText's module under stages.in_maxtext.main."""
-    cmd = [sys.executable, "-m", "stages.in_maxtext.main", invocation.module]
-    if invocation.model_name:
-        cmd += ["--model-name", invocation.model_name]
-    if invocation.hf_config:
-        cmd += ["--hf-config", invocation.hf_config]
-    if invocation.hf_layout:
-        cmd += ["--hf-layout", invocation.hf_layout]
-    if invocation.served_chat:
-        cmd += ["--served-chat"]
-    for url, local in sorted(invocation.fetch.items()):
-        cmd += ["--fetch", f"{url}={local}"]
+    """The child's command line: its module under stages.in_maxtext.main, the Setup and our
+    module's request as JSON (stages/shared/contract.py), then MaxText's flags."""
+    cmd = [sys.executable, "-m", contract.ENTRY, invocation.module, "--setup", contract.encode(invocation.setup)]
+    if invocation.request is not None:
+        cmd += ["--request", contract.encode(invocation.request)]
     return cmd + ["--"] + invocation.args
 
 
 def dry_run(stage: str, invocation: Invocation, params: dict, plan: str | None = None) -> None:
     """Prints the exact command a stage would run (or `plan`: a job's, stages/lib/launch.py)
     and has MaxText validate its configuration."""
-    print(f"{stage}: " + (plan or "would run:\n  " + " \\\n    ".join(command(invocation))), flush=True)
-    check = [
-        sys.executable,
-        "-m",
-        "stages.in_maxtext.main",
-        invocation.module,
-        "--validate-only",
-        "--",
-        *invocation.args,
-    ]
+    print(
+        f"{stage}: " + (plan or "would run:\n  " + " \\\n    ".join(map(shlex.quote, command(invocation)))), flush=True
+    )
+    check = [*command(invocation)[: command(invocation).index("--")], "--validate-only", "--", *invocation.args]
     # Validation only: on any machine, without touching an accelerator.
     proc = subprocess.run(
         check, env={**child_env(params), **invocation.env, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True

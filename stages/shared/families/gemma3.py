@@ -15,7 +15,7 @@ The tiny model has the same files, tensor names, config format and tokenizer as
 `google/gemma-3-4b-it` (multimodal, `language_model.model.*` keys, sharded safetensors),
 only tiny dimensions:
 
-    python -c "from stages.lib.families import gemma3; gemma3.build_tiny('/tmp/tiny', seed=0)"
+    python -c "from stages.shared.families import gemma3; gemma3.build_tiny('/tmp/tiny', seed=0)"
 """
 
 import functools
@@ -24,8 +24,8 @@ import os
 import shutil
 import tempfile
 
-from stages.lib import tiny
-from stages.lib.families import dimension_args, problems_in, refuse, rounded
+from stages.shared import tiny
+from stages.shared.families import dimension_args, problems_in, refuse, rounded
 
 NAME = "Gemma 3"
 MAXTEXT_NAMES = ("gemma3-4b", "gemma3-12b", "gemma3-27b")

@@ -15,14 +15,14 @@ Traps found in MaxText's code, checked here rather than converted into a differe
 The tiny model is a `Qwen3ForCausalLM` of 4 layers, hidden 128, tied like Qwen3-0.6B, with
 Qwen 3's real tokenizer and chat template (shipped with MaxText: assets/tokenizers/qwen3-tokenizer):
 
-    python -c "from stages.lib.families import qwen3; qwen3.build_tiny('/tmp/tiny-qwen', seed=0)"
+    python -c "from stages.shared.families import qwen3; qwen3.build_tiny('/tmp/tiny-qwen', seed=0)"
 """
 
 import os
 import shutil
 
-from stages.lib import tiny
-from stages.lib.families import dimension_args, problems_in, refuse, rounded
+from stages.shared import tiny
+from stages.shared.families import dimension_args, problems_in, refuse, rounded
 
 NAME = "Qwen 3"
 MAXTEXT_NAMES = ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b")

@@ -1,5 +1,5 @@
 """A Hugging Face checkpoint on disk, whatever its model family: its config, tensor names,
-size and tensor-name layout. What differs between families is in stages/lib/families/.
+size and tensor-name layout. What differs between families is in stages/shared/families/.
 """
 
 import hashlib
@@ -9,7 +9,7 @@ import math
 import os
 from types import SimpleNamespace
 
-from stages.lib.errors import UserError
+from stages.shared.errors import UserError
 
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
 CONFIG_CACHE = os.path.join(".cache", "checkpoint-configs")
