@@ -43,22 +43,22 @@ def main() -> None:
     params = load()
     # Nothing is fetched for a recipe that cannot run on this machine.
     hardware.check_present(params)
-    p = params["base_model"]
+    p = params.base_model
     if p["source"] == "hub":
         hub.check_access(p["repo_id"], p["revision"], "model")
         hardware.check_output_disk(OUT, 1.05 * hub.download_size(p["repo_id"], p["revision"]), "the base checkpoint")
     with outputs.staged_dir(OUT) as tmp:
         if p["source"] == "tiny":
-            family = families.of(params["model"]["maxtext_name"])
+            family = families.of(params.model.maxtext_name)
             print(f"base_model: building the tiny {family.NAME} (seed {p['tiny_seed']})", flush=True)
             family.build_tiny(tmp, seed=p["tiny_seed"])
         elif p["source"] == "gguf":
-            from_gguf(p, params["model"]["maxtext_name"], tmp)
+            from_gguf(p, params.model.maxtext_name, tmp)
         else:
             print(f"base_model: downloading {p['repo_id']}@{p['revision'][:12]}", flush=True)
             hub.download_model(p["repo_id"], p["revision"], tmp)
         try:
-            families.check_convertible(tmp, params["model"]["maxtext_name"])
+            families.check_convertible(tmp, params.model.maxtext_name)
         except CheckpointError as e:  # name the output, not the temporary directory
             raise CheckpointError(str(e).replace(tmp, OUT)) from None
     print(f"base_model: wrote {OUT}", flush=True)

@@ -120,7 +120,7 @@ def resolve(params: dict) -> list[dict]:
 
     local = registry(os.path.abspath(LOCAL_TASKS)) if os.path.isdir(LOCAL_TASKS) else None
     resolved = []
-    for i, t in enumerate(params["benchmark"]["tasks"]):
+    for i, t in enumerate(params.benchmark.tasks):
         where = f"benchmark.tasks[{i}] ({t['name']})"
         index = local.task_index if local and t["name"] in local.task_index else registry().task_index
         entry = index.get(t["name"])
@@ -247,7 +247,7 @@ def check_readable(tasks: list[dict], task_dir: str) -> None:
 
 
 def backend(params: dict) -> str:
-    chosen = params["benchmark"]["backend"]
+    chosen = params.benchmark.backend
     if chosen == "auto":
         return "hf" if hardware.on_cpu(params) else "vllm"
     return chosen
@@ -255,7 +255,7 @@ def backend(params: dict) -> str:
 
 def lm_eval_python(params: dict) -> str:
     """The interpreter of the vLLM runs: .venv-vllm, vllm-tpu's own locked set (requirements/vllm-tpu.in)."""
-    return params["runtime"]["lm_eval_python"] or sys.executable
+    return params.runtime.lm_eval_python or sys.executable
 
 
 def groups(tasks: list[dict]) -> dict[bool, list[dict]]:
@@ -271,8 +271,8 @@ def vllm_commands(params: dict, tasks: list[dict], task_dir: str, out_dir: str) 
     chat-template setting, tensor-parallel over this host's chips, samples logged (the answer
     shares). The greedy answers are tasks of the chat-template run, on the model vLLM has
     loaded anyway."""
-    b = params["benchmark"]
-    tpu = hardware.TPUS.get(params["hardware"]["kind"])
+    b = params.benchmark
+    tpu = hardware.TPUS.get(params.hardware.kind)
     chips = tpu.chips_per_host if tpu else 1
     python = lm_eval_python(params)
     answer_tasks = [
@@ -315,7 +315,7 @@ def samples_of(output_path: str, task: str) -> list[dict]:
 
 def run_vllm(params: dict, tasks: list[dict], task_dir: str, out_dir: str) -> tuple[dict, dict, dict]:
     """Each model's results, its logged samples per task, and its greedy answers."""
-    b = params["benchmark"]
+    b = params.benchmark
     python = lm_eval_python(params)
     if subprocess.run([python, "-c", "import lm_eval, vllm"], capture_output=True).returncode != 0:
         raise UserError(
@@ -364,20 +364,20 @@ def run_hf(params: dict, tasks: list[dict], task_dir: str) -> tuple[dict, dict, 
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
 
-    b = params["benchmark"]
+    b = params.benchmark
     manager = registry(os.path.abspath(task_dir))  # the stage's own YAML files, which include the definitions
     results: dict[str, dict] = {who: {} for who in MODELS}
     samples: dict[str, dict] = {who: {} for who in MODELS}
     said: dict[str, list[str]] = {}
     for who, model_dir in MODELS.items():
-        model = families.language_model(model_dir, params["model"]["maxtext_name"])
+        model = families.language_model(model_dir, params.model.maxtext_name)
         print(f"benchmark: {who}: greedy answers to {len(b['prompts'])} prompts (transformers)", flush=True)
         said[who] = answers.greedy_answers(
             model,
             answers.left_padding_tokenizer(model_dir),
             b["prompts"],
             b["max_new_tokens"],
-            families.of(params["model"]["maxtext_name"]).END_OF_TURN,
+            families.of(params.model.maxtext_name).END_OF_TURN,
         )
         tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
         batches = {
@@ -495,7 +495,7 @@ def prepare(params: dict, work: str) -> tuple[list[dict], dict, str]:
     tasks = resolve(params)
     task_dir = os.path.join(work, "tasks")
     benchmark_data.nltk_data(work)
-    end_of_turn = families.of(params["model"]["maxtext_name"]).END_OF_TURN
+    end_of_turn = families.of(params.model.maxtext_name).END_OF_TURN
     written = write_task_files(tasks, task_dir, end_of_turn)
     return tasks, written, task_dir
 
@@ -527,11 +527,11 @@ def main() -> None:
     shares = answer_shares(tasks, samples, transformers.AutoTokenizer.from_pretrained(paths.BASE_HF))
     for name, by_model in shares.items():
         found[name]["answers"] = by_model
-    gate = params["benchmark"]["gate"]
+    gate = params.benchmark.gate
     outputs.write_json(METRICS, {"benchmark": found})
     outputs.write_text(TABLE, table(tasks, found, shares, engine, gate))
     where = "transformers on the host" if engine == "hf" else "vLLM on the chips"
-    answers.write_generations(params["benchmark"]["prompts"], said["base"], said["fine_tuned"], where)
+    answers.write_generations(params.benchmark.prompts, said["base"], said["fine_tuned"], where)
     for name, s in found.items():
         print(
             f"benchmark: {name}: base {_score(s['base'], s['base_stderr'])}, "

@@ -42,7 +42,7 @@ def check_conversion(params: dict, converted_dir: str) -> None:
             report = json.load(f)
     finally:
         outputs.remove(report_path)
-    failures = gates.logit.threshold_failures(report, params["convert_in"]["check"])
+    failures = gates.logit.threshold_failures(report, params.convert_in.check)
     outputs.write_json(METRICS, gates.logit.metrics(report, not failures, "conversion"))
     if failures:
         raise gates.GateFailed(
@@ -61,12 +61,12 @@ def check_conversion(params: dict, converted_dir: str) -> None:
 
 def main() -> None:
     params = load()
-    families.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
+    families.check_convertible(paths.BASE_HF, params.model.maxtext_name)
     if "--dry-run" in sys.argv:
         maxtext_process.dry_run("convert_in", flags.convert_in(params, OUT), params)
         return
     hardware.check_present(params)
-    size = checkpoint.parameter_count(paths.BASE_HF) * checkpoint.DTYPE_BYTES[params["convert_in"]["save_dtype"]]
+    size = checkpoint.parameter_count(paths.BASE_HF) * checkpoint.DTYPE_BYTES[params.convert_in.save_dtype]
     hardware.check_output_disk(OUT, 1.1 * size, "the MaxText checkpoint")
     with outputs.staged_dir(OUT) as tmp:
         maxtext_process.run(

@@ -39,7 +39,7 @@ def check_exports(params: dict, exports: dict[str, str]) -> list[tuple[dict, lis
     for report_path in exports.values():
         with open(report_path) as f:
             report = json.load(f)
-        checked.append((report, gates.logit.failures(report, params["convert_out"]["check"])))
+        checked.append((report, gates.logit.failures(report, params.convert_out.check)))
     return checked
 
 
@@ -66,8 +66,8 @@ def failed(failures: list[str]) -> gates.GateFailed:
 
 def main() -> None:
     params = load()
-    c = params["convert_out"]
-    families.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
+    c = params.convert_out
+    families.check_convertible(paths.BASE_HF, params.model.maxtext_name)
     if "--dry-run" in sys.argv:
         maxtext_process.dry_run("convert_out", flags.convert_out(params, OUT), params)
         return

@@ -45,7 +45,7 @@ def write_split(selection: chat.Selection, rows, limit: int | None, out_path: st
 def main() -> None:
     params = load()
     hardware.check_present(params)
-    d = params["dataset"]
+    d = params.dataset
     if d["source"] == "hub":
         hub.check_access(d["repo_id"], d["revision"], "dataset")
     if d["source"] == "package":  # before anything is written

@@ -38,7 +38,7 @@ def from_training(params: dict) -> dict | None:
     """The held-out losses training computed at step 0 and at its last step, as
     heldout.heldout_loss reports them, or None where it did not compute both, or computed
     them on conversations rendered otherwise than as served (train.chat_rendering)."""
-    t = params["train"]
+    t = params.train
     logged = train_metrics.logged_evals()
     if (
         not flags.served(params)
@@ -116,7 +116,7 @@ def preference_metrics(found: dict) -> dict:
 
 def main() -> None:
     params = load()
-    families.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
+    families.check_convertible(paths.BASE_HF, params.model.maxtext_name)
     if "--dry-run" in sys.argv:
         with tempfile.TemporaryDirectory(prefix="evaluate-") as work:
             maxtext_process.dry_run("evaluate", invocation(params, work)[0], params)

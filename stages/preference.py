@@ -20,9 +20,10 @@ As train does: MaxText works in <runtime.scratch_dir>/preference-<digest of what
 (stages/lib/workdir.py); the stage writes the pairs' stream already shuffled (the order of
 preference.seed, every epoch), and a killed run's next `dvc repro` resumes from the newest
 complete checkpoint with the stream continued after the pairs those steps used (no packing:
-steps x pairs per step). On a TPU kind it first checks the fit (stages/fit_check.py's
+steps x pairs per step). On a TPU kind it first checks the fit (stages/lib/fit.py's
 compile of the step at twice the pairs, plus the reference model's parameters: see
-`check_fit`). With hardware.hosts > 1 it runs as train does: one JAX job on every host,
+`check_fit`). The run itself is the training skeleton's (stages/lib/training.py), as train's.
+With hardware.hosts > 1 it runs as train does: one JAX job on every host,
 started by runtime.launcher (stages/lib/launch.py), each host reading its own share of the
 pairs, the SFT model and the tokenizer staged on the gs:// scratch (stages/lib/train_data.py).
 No LoRA: train_dpo has no LoRA path.
@@ -31,12 +32,9 @@ No LoRA: train_dpo has no LoRA path.
 import os
 import sys
 
-from stages import fit_check
-from stages.lib import flags, hardware, launch, outputs, paths, train_data, train_metrics, workdir
+from stages.lib import fit, flags, hardware, outputs, paths, train_data, train_metrics, training, workdir
 from stages.lib.cli import run
-from stages.lib.params import load
-from stages.shared import checkpoint, contract, families
-from stages.shared.errors import StageFailed
+from stages.shared import contract
 
 LIVE_DIR = "dvclive-preference"
 # MaxText's DPO metrics beside train's (hooks.py: learning/reward_accuracy, learning/reward_margin).
@@ -64,11 +62,11 @@ def settings(params: dict) -> dict:
     """How the model was tuned, kept beside it: what evaluate needs to score pairs as
     training did, without declaring (and re-running on) preference params of its own."""
     keys = ("algorithm", "beta", "orpo_lambda", "max_target_length", "max_prompt_length", "per_device_batch_size")
-    return {k: params["preference"][k] for k in keys}
+    return {k: params.preference[k] for k in keys}
 
 
 def pairs_per_step(params: dict) -> int:
-    p = params["preference"]
+    p = params.preference
     return p["per_device_batch_size"] * hardware.devices_per_host(params) * p["gradient_accumulation_steps"]
 
 
@@ -76,7 +74,7 @@ def streams_from(params: dict, work: workdir.Workdir, step: int) -> list[str]:
     """The pairs each host reads (one stream for one host): every epoch, shuffled, from the
     first pair `step` steps did not use (MaxText's DPO pipeline neither packs nor drops a pair:
     each step takes exactly pairs_per_step of each host's stream)."""
-    p = params["preference"]
+    p = params.preference
     pairs = os.path.join(paths.PREFERENCE_DATA, "train.jsonl")
     full = train_data.write_streams(params, work, pairs, p["seed"], p["num_epochs"])
     if step == 0:
@@ -94,105 +92,78 @@ def check_fit(params: dict) -> dict | None:
     batch) at preference.max_target_length, and, for DPO, the reference model's parameters
     (a frozen float32 copy of the policy's, sharded as they are) added to it.
     A projection from a measured compile, said as such in metrics and docs."""
-    kind = params["hardware"]["kind"]
+    kind = params.hardware.kind
     if kind not in hardware.TPUS:
         return None
-    p = params["preference"]
+    p = params.preference
     overrides = {
         "per_device_batch_size": 2 * p["per_device_batch_size"],
         "gradient_accumulation_steps": p["gradient_accumulation_steps"],
         "max_target_length": p["max_target_length"],
     }
-    compiled = fit_check.compile_once(params, overrides)
+    compiled = fit.compile_once(params, overrides)
     # The reference is one more copy of the policy's float32 parameters, sharded as they are:
     # a third of the compiled step's arguments (parameters and Adam's two moments, float32).
-    reference = compiled["per_chip_gib"]["arguments"] / 3 * fit_check.GIB if p["algorithm"] == "dpo" else 0
-    total = compiled["per_chip_gib"]["total"] + reference / fit_check.GIB
-    fit = {
+    reference = compiled["per_chip_gib"]["arguments"] / 3 * fit.GIB if p["algorithm"] == "dpo" else 0
+    total = compiled["per_chip_gib"]["total"] + reference / fit.GIB
+    verdict = {
         "step_compiled_gib": compiled["per_chip_gib"]["total"],
-        "reference_model_gib": reference / fit_check.GIB,
+        "reference_model_gib": reference / fit.GIB,
         "total_gib": total,
         "hbm_gib": compiled["hbm_gib"],
         "fits": total <= compiled["hbm_gib"],
     }
     print(
         f"preference: fit on a {kind}: the step at {overrides['per_device_batch_size']} sequences of "
-        f"{p['max_target_length']} a chip {fit['step_compiled_gib']:.1f} GiB + the reference model "
-        f"{fit['reference_model_gib']:.1f} GiB = {total:.1f} of {fit['hbm_gib']:.0f} GiB per chip",
+        f"{p['max_target_length']} a chip {verdict['step_compiled_gib']:.1f} GiB + the reference model "
+        f"{verdict['reference_model_gib']:.1f} GiB = {total:.1f} of {verdict['hbm_gib']:.0f} GiB per chip",
         flush=True,
     )
-    if not fit["fits"]:
-        raise fit_check.DoesNotFit(
-            f"preference tuning needs ~{total:.1f} GiB per chip, over a {kind}'s {fit['hbm_gib']:.0f} GiB: "
+    if not verdict["fits"]:
+        raise fit.DoesNotFit(
+            f"preference tuning needs ~{total:.1f} GiB per chip, over a {kind}'s {verdict['hbm_gib']:.0f} GiB: "
             "lower preference.per_device_batch_size (and raise gradient_accumulation_steps) or max_target_length"
         )
-    return fit
+    return verdict
 
 
-def train(params: dict, work: workdir.Workdir, curve: train_metrics.Curve) -> None:
-    """Runs train_dpo until the final checkpoint exists (at once, if a killed run left it)."""
-    total, keep = params["preference"]["steps"], params["runtime"]["keep_checkpoints"]
-    done = max([s for s in work.complete_steps() if s <= total], default=0)
-    if done == total:
-        print(f"preference: the final checkpoint (step {done}) is already there; publishing it", flush=True)
-        return
-    curve.add(train_metrics.steps(work.metrics_file), [], up_to=done)
-    progress = train_metrics.reporter(work.metrics_file, total, 0, on_poll=work.keeper(keep), curve=curve)
-    job = train_data.invocation(flags.preference, params, work, streams_from(params, work, done), train_data.PREFERENCE)
-    launch.run("preference", job, params, work.name, progress)
-    work.prune(keep)
-    work.save(workdir.METRICS_FILE)
-    if total not in work.complete_steps():
-        raise StageFailed(
-            f"preference tuning stopped before step {total} without a final checkpoint; if the pairs ran out, "
-            f"raise preference.num_epochs (now {params['preference']['num_epochs']}) or lower preference.steps"
-        )
+class Preference(training.TrainingStage):
+    name, section, what = "preference", "preference", "preference tuning"
+    run_name = contract.PREFERENCE_RUN_NAME
+    inputs = train_data.PREFERENCE
+    output = paths.PREFERENCE_MAXTEXT
+    live_dir, train_keys = LIVE_DIR, TRAIN_KEYS
+    build = staticmethod(flags.preference)
+    fitted: dict | None = None  # check_fit's verdict (None: a CPU kind, or a resumed run)
 
-
-def main() -> None:
-    params = load()
-    if not params["preference"]["enabled"]:
+    def skipped(self, params: dict) -> bool:
+        if params.preference.enabled:
+            return False
         if "--dry-run" not in sys.argv:
             write_off()
         print("preference: preference.enabled is false; the SFT model is the result", flush=True)
-        return
-    families.check_convertible(paths.BASE_HF, params["model"]["maxtext_name"])
-    work = workdir.for_params(params, "preference", contract.PREFERENCE_RUN_NAME)
-    if "--dry-run" in sys.argv:
-        streams = train_data.stream_names(params, work)
-        job = train_data.invocation(flags.preference, params, work, streams, train_data.PREFERENCE, upload=False)
-        launch.dry_run("preference", job, params, work.name)
-        return
-    hardware.check_present(params)
-    n_params = checkpoint.parameter_count(paths.BASE_HF)
-    hardware.check_training_disk(params, work.url, n_params, paths.PREFERENCE_MAXTEXT, lora=False)
-    with work.lock():
+        return True
+
+    def prepare(self, params: dict, work: workdir.Workdir) -> None:
         # A resumed run fitted before: the compile (minutes at 4B, on the host) is not repeated.
-        fit = None if work.complete_steps() else check_fit(params)
-        print(f"preference: working directory {work.url}", flush=True)
-        work.restore(workdir.METRICS_FILE)
-        curve = train_metrics.Curve(LIVE_DIR, TRAIN_KEYS)
-        train(params, work, curve)
-        with outputs.staged_dir(paths.PREFERENCE_MAXTEXT) as tmp:
-            work.fetch(f"{work.checkpoints}/{params['preference']['steps']}/model_params", os.path.join(tmp, "params"))
-            outputs.write_json(os.path.join(tmp, paths.PREFERENCE_SETTINGS), settings(params))
-        done = train_metrics.steps(work.metrics_file)
-        curve.add(done, [])
-        run_summary = train_metrics.summary(done, [], params["hardware"]["kind"])
+        self.fitted = None if work.complete_steps() else check_fit(params)
+
+    def streams_from(self, params: dict, work: workdir.Workdir, step: int) -> list[str]:
+        return streams_from(params, work, step)
+
+    def publish(self, params: dict, work: workdir.Workdir, final: str, out: str) -> None:
+        work.fetch(final, os.path.join(out, "params"))
+        outputs.write_json(os.path.join(out, paths.PREFERENCE_SETTINGS), settings(params))
+
+    def summary(self, params: dict, done: list[dict]) -> dict:
         last = done[-1] if done else {}
-        run_summary.update(
-            {
-                "algorithm": params["preference"]["algorithm"],
-                "reward_accuracy": last.get("learning/reward_accuracy"),
-                "reward_margin": last.get("learning/reward_margin"),
-                "fit": fit,
-            }
-        )
-        curve.end(run_summary)
-        if not params["runtime"]["keep_scratch"]:
-            work.remove()
-    print(f"preference: wrote {paths.PREFERENCE_MAXTEXT} and {LIVE_DIR}/", flush=True)
+        return {
+            "algorithm": params.preference.algorithm,
+            "reward_accuracy": last.get("learning/reward_accuracy"),
+            "reward_margin": last.get("learning/reward_margin"),
+            "fit": self.fitted,
+        }
 
 
 if __name__ == "__main__":
-    run(main, "preference")
+    run(Preference().main, "preference")

@@ -88,7 +88,7 @@ def tokenizer_as_maxtext(model_dir: str = paths.BASE_HF):
 
 def main() -> None:
     params = load()
-    pref = params["preference"]
+    pref = params.preference
     if not pref["enabled"]:
         with outputs.staged_dir(OUT) as tmp:
             outputs.write_text(os.path.join(tmp, paths.OFF_NOTE), OFF_TEXT)

@@ -13,6 +13,7 @@ from stages import benchmark
 from stages.lib import answers, gates
 from stages.lib.params import load as load_params
 from stages.shared.errors import UserError
+from testkit.sections import Sections
 from testkit.workspace import REPO, clone_workspace, set_param, sh, stages_run
 
 
@@ -20,7 +21,7 @@ def tasks(*entries: dict) -> dict:
     """A params dict holding just the benchmark tasks (what `resolve` reads)."""
     defaults = {"num_fewshot": None, "chat_template": True, "metric": None, "revision": None}
     defaults |= {"data": None, "max_items": None, "max_gen_toks": None}
-    return {"benchmark": {"tasks": [{**defaults, **e} for e in entries]}}
+    return Sections({"benchmark": {"tasks": [Sections({**defaults, **e}) for e in entries]}})
 
 
 def recipe_tasks(recipe: str = "gemma3-4b-v6e-8") -> list[dict]:

@@ -7,25 +7,29 @@ import re
 import pytest
 
 from stages import fit_check
+from stages.lib import fit
+from testkit.sections import Sections
 from testkit.workspace import DATA
 
-HBM = 32 * fit_check.GIB  # a v6e chip
+HBM = 32 * fit.GIB  # a v6e chip
 RECORDED = DATA / "fit_check"
 
 
 def test_the_committed_recipe_fits_with_the_memory_xla_reported():
-    report = fit_check.parse((RECORDED / "fits-batch-1.log").read_text(), HBM)
+    report = fit.parse((RECORDED / "fits-batch-1.log").read_text(), HBM)
     g = report["per_chip_gib"]
     assert report["fits"] and 8 < g["total"] < 24 and g["arguments"] > 3  # f32 params + Adam state over 8 chips
     assert g["total"] == pytest.approx(g["arguments"] + g["temporaries"] + g["code"], abs=0.5)
     assert report["headroom_gib"] == pytest.approx(32 - g["total"])
-    fit_check.raise_if_out_of_memory((RECORDED / "fits-batch-1.log").read_text())  # no false alarm
+    fit.raise_if_out_of_memory((RECORDED / "fits-batch-1.log").read_text())  # no false alarm
 
 
 def test_an_absurd_batch_is_refused_saying_by_how_much():
-    with pytest.raises(fit_check.DoesNotFit) as e:
-        fit_check.raise_if_out_of_memory((RECORDED / "oom-batch-64.log").read_text())
-    params = {"train": {"per_device_batch_size": 64, "max_target_length": 2048}, "hardware": {"kind": "v6e-8"}}
+    with pytest.raises(fit.DoesNotFit) as e:
+        fit.raise_if_out_of_memory((RECORDED / "oom-batch-64.log").read_text())
+    params = Sections(
+        {"train": {"per_device_batch_size": 64, "max_target_length": 2048}, "hardware": {"kind": "v6e-8"}}
+    )
     line = str(fit_check.does_not_fit(params, e.value))
     assert line.startswith("train.per_device_batch_size=64, max_target_length=2048 does not fit a v6e-8: its ")
     assert re.search(r"need [\d.]+ GiB per chip, over the chip's HBM \([\d.]+ GiB\) by [\d.]+ GiB", line), line
@@ -37,10 +41,10 @@ def test_a_total_over_the_hbm_does_not_fit_even_when_xla_compiled_it():
         "Memory analysis: argument_size_in_bytes=30000000000 output_size_in_bytes=6000000000 "
         "alias_size_in_bytes=6000000000 temp_size_in_bytes=8000000000 generated_code_size_in_bytes=1000000"
     )
-    with pytest.raises(fit_check.DoesNotFit, match=r"needs 35.4 GiB per chip, over the chip's HBM by 3.4 GiB"):
-        fit_check.parse(line, HBM)
-    with pytest.raises(fit_check.StageFailed, match="without a memory analysis"):
-        fit_check.parse("compiled, but said nothing\n", HBM)
+    with pytest.raises(fit.DoesNotFit, match=r"needs 35.4 GiB per chip, over the chip's HBM by 3.4 GiB"):
+        fit.parse(line, HBM)
+    with pytest.raises(fit.StageFailed, match="without a memory analysis"):
+        fit.parse("compiled, but said nothing\n", HBM)
 
 
 def test_a_finished_compile_killed_on_its_way_out_still_counts():
@@ -48,10 +52,10 @@ def test_a_finished_compile_killed_on_its_way_out_still_counts():
     busy 2-core machine, 2026-12-01): the figures are whole, so they are used; a compile
     that stopped before its memory analysis is still a failure."""
     finished = (RECORDED / "fits-batch-1.log").read_text() + (RECORDED / "killed-on-exit.log").read_text()
-    assert fit_check.finished_before_failing(finished)
-    assert fit_check.parse(finished, HBM)["fits"]
-    assert not fit_check.finished_before_failing((RECORDED / "killed-on-exit.log").read_text())
-    assert not fit_check.finished_before_failing((RECORDED / "oom-batch-64.log").read_text())
+    assert fit.finished_before_failing(finished)
+    assert fit.parse(finished, HBM)["fits"]
+    assert not fit.finished_before_failing((RECORDED / "killed-on-exit.log").read_text())
+    assert not fit.finished_before_failing((RECORDED / "oom-batch-64.log").read_text())
 
 
 @pytest.mark.parametrize(
@@ -65,5 +69,5 @@ def test_the_search_finds_the_largest_value_that_fits(limit, quantum, start, exp
         probed.append(value)
         return value <= limit
 
-    assert fit_check.largest_fitting(start, quantum, fits) == expected
+    assert fit.largest_fitting(start, quantum, fits) == expected
     assert len(probed) == len(set(probed))  # no compile twice

@@ -1,6 +1,8 @@
 """The code's layers stay as docs/layout.md draws them: no import cycle among our modules;
-the stages and their shared code (stages/lib/) never import what runs inside MaxText's
-process (stages/in_maxtext/); the errors module imports nothing of ours."""
+the stages and their code (stages/lib/) never import what runs inside MaxText's process
+(stages/in_maxtext/), which imports only what both sides share (stages/shared/: the contract,
+the families, ...), which imports neither; no stage imports another stage; the errors module
+imports nothing of ours."""
 
 import ast
 from pathlib import Path
@@ -77,3 +79,37 @@ def test_the_stage_process_never_imports_what_runs_inside_maxtext():
 
 def test_errors_is_a_leaf():
     assert our_imports()["stages.shared.errors"] == set()
+
+
+def stage_modules(graph: dict) -> set[str]:
+    return {m for m in graph if m.count(".") == 1 and m.startswith("stages.") and m != "stages.shared"} - {
+        "stages.lib",
+        "stages.in_maxtext",
+    }
+
+
+def test_the_child_side_imports_only_what_both_sides_share():
+    graph = our_imports()
+    child = {m: deps for m, deps in graph.items() if m.startswith("stages.in_maxtext")}
+    assert child, "no child modules found"
+    allowed = ("stages.in_maxtext", "stages.shared")
+    assert {
+        m: sorted(d for d in deps if not d.startswith(allowed))
+        for m, deps in child.items()
+        if any(not d.startswith(allowed) for d in deps)
+    } == {}
+
+
+def test_what_both_sides_share_imports_neither_side():
+    graph = our_imports()
+    shared = {m: deps for m, deps in graph.items() if m.startswith("stages.shared")}
+    assert "stages.shared.contract" in shared
+    offenders = {m: sorted(d for d in deps if not d.startswith("stages.shared")) for m, deps in shared.items()}
+    assert {m: d for m, d in offenders.items() if d} == {}
+
+
+def test_no_stage_imports_another_stage():
+    graph = our_imports()
+    stages = stage_modules(graph)
+    assert {"stages.train", "stages.preference", "stages.fit_check"} <= stages
+    assert {m: sorted(graph[m] & stages) for m in stages if graph[m] & stages} == {}

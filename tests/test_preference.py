@@ -113,9 +113,10 @@ def test_a_pair_renders_as_train_dpo_reads_it_one_bos_and_the_answers_after_the_
 
 
 def params_of(recipe: str = "tiny-dpo") -> dict:
+    from testkit.sections import Sections
     from tools.recipe import params_text
 
-    return yaml.safe_load(params_text(recipe))
+    return Sections(yaml.safe_load(params_text(recipe)))
 
 
 @pytest.mark.parametrize(

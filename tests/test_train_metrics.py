@@ -108,6 +108,7 @@ def test_evaluate_reads_back_the_evaluations_the_curve_logged(tmp_path, monkeypa
     loss, perplexity and target tokens; an evaluation missing one (a curve of an older run)
     is none."""
     from stages import evaluate
+    from testkit.sections import Sections
 
     monkeypatch.chdir(tmp_path)
     curve = train_metrics.Curve()
@@ -117,15 +118,14 @@ def test_evaluate_reads_back_the_evaluations_the_curve_logged(tmp_path, monkeypa
         0: {"loss": 9.5, "perplexity": 1.3e4, "target_tokens": 1010.0},
         2: {"loss": 6.25, "perplexity": 1.3e4, "target_tokens": 1010.0},
     }
-    params = {"train": {"steps": 2, "eval_interval": 2, "chat_rendering": "whole"}}
+    params = Sections({"train": {"steps": 2, "eval_interval": 2, "chat_rendering": "whole"}})
     found = evaluate.from_training(params)
     assert found["base"]["loss"] == 9.5 and found["fine_tuned"]["loss"] == 6.25
     assert found["fine_tuned"]["target_tokens"] == 1010 and found["fine_tuned"]["perplexity"] == pytest.approx(
         518.0, 1e-3
     )
     # training did not evaluate at its last step, or at all: evaluate computes them itself
-    assert evaluate.from_training({"train": {**params["train"], "steps": 3}}) is None
-    assert evaluate.from_training({"train": {**params["train"], "eval_interval": 0}}) is None
-    assert evaluate.from_training({"train": {**params["train"], "chat_rendering": "per_round"}}) is None
+    for change in ({"steps": 3}, {"eval_interval": 0}, {"chat_rendering": "per_round"}):
+        assert evaluate.from_training(Sections({"train": {**params["train"], **change}})) is None
     (tmp_path / train_metrics.PLOTS / "eval" / "target_tokens.tsv").unlink()
     assert train_metrics.logged_evals() == {} and evaluate.from_training(params) is None

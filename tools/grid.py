@@ -18,7 +18,7 @@ from dvc.utils.hydra import to_hydra_overrides
 from hydra.errors import OverrideParseException
 
 from stages.lib.cli import run
-from stages.lib.params import load, validate
+from stages.lib.params import load, plain, validate
 from stages.shared.errors import UserError
 
 # Short names for the params people sweep; anything else uses its last key.
@@ -76,7 +76,7 @@ def main() -> None:
         axes.append([(key, v) for v in values.split(",")])
     if not axes:
         raise UserError("usage: python -m tools.grid KEY=V1,V2 [KEY=V1,V2 ...]")
-    params = load()  # refuse to queue anything from an invalid params.yaml ...
+    params = plain(load())  # refuse to queue anything from an invalid params.yaml ...
     grid = list(itertools.product(*axes))
     for assignment in grid:  # ... or any variant that would fail at its first second
         validate(with_values(params, assignment), " ".join(f"{k}={v}" for k, v in assignment))

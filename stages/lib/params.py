@@ -20,7 +20,7 @@ import typing
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from stages.lib import chat, hardware, long_rows
 from stages.shared import families, rendering
@@ -73,7 +73,69 @@ Dtype = Choice("bfloat16", "float32")
 
 
 class Section(BaseModel):
+    """A section of params.yaml, typed: a stage reads `params.train.steps` (or, as DVC's own
+    examples read a params file, `params["train"]["steps"]`: the same value). Each field read,
+    either way, is noted in `keys_read` under its dotted name (train.steps), which
+    tests/test_declared.py holds against the params dvc.yaml declares for the stage."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
+    _path: str = PrivateAttr(default="")  # "train.": where the section is, for keys_read
+
+    def __getattribute__(self, name: str):
+        if name[0] != "_" and name in type(self).__pydantic_fields__:
+            private = object.__getattribute__(self, "__pydantic_private__") or {}
+            keys_read.add(private.get("_path", "") + name)
+        return super().__getattribute__(name)
+
+    # The mapping protocol, for code that reads params by key (and `{**section}`, `dict(section)`).
+    def __getitem__(self, key: str):
+        if key not in type(self).__pydantic_fields__:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __setitem__(self, key: str, value) -> None:
+        setattr(self, key, value)
+
+    def __contains__(self, key: str) -> bool:
+        return key in type(self).__pydantic_fields__
+
+    def keys(self):
+        return type(self).__pydantic_fields__.keys()
+
+    def get(self, key: str, default=None):
+        return self[key] if key in self else default
+
+    def items(self):
+        return [(key, self[key]) for key in self.keys()]
+
+    def update(self, changes: dict | None = None, **more) -> None:
+        for key, value in {**(changes or {}), **more}.items():
+            self[key] = value
+
+    def locate(self, path: str = "") -> "Section":
+        """Sets where this section and those inside it are (for keys_read); returns self."""
+        self._path = path
+        for name in type(self).__pydantic_fields__:
+            value = self.__dict__[name]
+            for key, item in (
+                value.items() if isinstance(value, dict) else enumerate(value or []) if isinstance(value, list) else []
+            ):
+                if isinstance(item, Section):
+                    item.locate(f"{path}{name}." if isinstance(value, list) else f"{path}{name}.{key}.")
+            if isinstance(value, Section):
+                value.locate(f"{path}{name}.")
+        return self
+
+
+def plain(value):
+    """Params (a section, a list or mapping of them, a value) as plain YAML/JSON data."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
 
 
 class BaseModelParams(Section):
@@ -495,7 +557,13 @@ def _message(e: ValidationError, params: Any, where: str) -> str:
 
 
 def _check_consistency(p: dict, where: str) -> None:
-    """Rules that span keys."""
+    """The rules across keys, each with the section it guards (the one its message names)."""
+    for check in (_check_sources, _check_hardware, _check_runtime, _check_benchmark, _check_dataset, _check_preference):
+        check(p, where)
+
+
+def _check_sources(p: dict, where: str) -> None:
+    """base_model, dataset, preference.data: what each source needs set."""
     needs = {
         ("base_model", "hub"): ("repo_id", "revision"),
         ("base_model", "tiny"): ("tiny_seed",),
@@ -519,7 +587,11 @@ def _check_consistency(p: dict, where: str) -> None:
             f"{where}: base_model.gguf_file: set exactly one of base_model.gguf_file and "
             "base_model.gguf_package when base_model.source is gguf"
         )
-    h, r = p["hardware"], p["runtime"]
+
+
+def _check_hardware(p: dict, where: str) -> None:
+    """hardware: its hosts and TPU runtime variables agree with its kind."""
+    h = p["hardware"]
     if h["kind"] == "cpu" and h["tpu_env"] is not None:
         raise UserError(f"{where}: hardware.tpu_env: must be null when hardware.kind is cpu")
     tpu = hardware.TPUS.get(h["kind"])
@@ -528,26 +600,6 @@ def _check_consistency(p: dict, where: str) -> None:
             f"{where}: hardware.hosts: a {h['kind']} is {tpu.hosts} host{'s' * (tpu.hosts > 1)} "
             f"of {tpu.chips_per_host} chips; set hardware.hosts: {tpu.hosts}"
         )
-    if h["hosts"] > 1 and not r["scratch_dir"].startswith("gs://"):
-        raise UserError(
-            f"{where}: runtime.scratch_dir: hardware.hosts is {h['hosts']}: every host reads its inputs "
-            "and writes the checkpoints there, so it must be a gs:// location"
-        )
-    if tpu and tpu.hosts > 1 and r["launcher"] == "local":
-        raise UserError(
-            f"{where}: runtime.launcher: a {h['kind']} is {tpu.hosts} VMs; use slice (its workers over "
-            "gcloud ssh) or xpk (a GKE cluster)"
-        )
-    if r["launcher"] != "local" and not tpu:
-        raise UserError(f"{where}: runtime.launcher: {r['launcher']} runs on TPUs; hardware.kind is cpu (use local)")
-    needs = {"slice": ("slice", ("name", "zone")), "xpk": ("xpk", ("cluster", "docker_image", "zone"))}
-    if r["launcher"] in needs:
-        section, keys = needs[r["launcher"]]
-        for key in keys:
-            if not r[section][key]:
-                raise UserError(
-                    f"{where}: runtime.{section}.{key}: must be set when runtime.launcher is {r['launcher']}"
-                )
     if tpu and tpu.hosts > 1 and h["tpu_env"] is not None:
         raise UserError(
             f"{where}: hardware.tpu_env: must be null for a multi-host {h['kind']} (each worker's TPU "
@@ -573,6 +625,43 @@ def _check_consistency(p: dict, where: str) -> None:
                 f"{where}: hardware.tpu_env.TPU_ACCELERATOR_TYPE: {env['TPU_ACCELERATOR_TYPE']!r} differs from "
                 f"hardware.kind {h['kind']!r}"
             )
+
+
+def _check_runtime(p: dict, where: str) -> None:
+    """runtime: where the work can run, given the hardware (and training's evaluations)."""
+    h, r = p["hardware"], p["runtime"]
+    tpu = hardware.TPUS.get(h["kind"])
+    if h["hosts"] > 1 and not r["scratch_dir"].startswith("gs://"):
+        raise UserError(
+            f"{where}: runtime.scratch_dir: hardware.hosts is {h['hosts']}: every host reads its inputs "
+            "and writes the checkpoints there, so it must be a gs:// location"
+        )
+    if tpu and tpu.hosts > 1 and r["launcher"] == "local":
+        raise UserError(
+            f"{where}: runtime.launcher: a {h['kind']} is {tpu.hosts} VMs; use slice (its workers over "
+            "gcloud ssh) or xpk (a GKE cluster)"
+        )
+    if r["launcher"] != "local" and not tpu:
+        raise UserError(f"{where}: runtime.launcher: {r['launcher']} runs on TPUs; hardware.kind is cpu (use local)")
+    needs = {"slice": ("slice", ("name", "zone")), "xpk": ("xpk", ("cluster", "docker_image", "zone"))}
+    if r["launcher"] in needs:
+        section, keys = needs[r["launcher"]]
+        for key in keys:
+            if not r[section][key]:
+                raise UserError(
+                    f"{where}: runtime.{section}.{key}: must be set when runtime.launcher is {r['launcher']}"
+                )
+    if r["data_workers"] == 0 and p["train"]["eval_interval"]:
+        # MaxText's HF input pipeline re-reads the eval split for each evaluation only in a
+        # worker process: in-process, every evaluation after the first sees a few rows only.
+        raise UserError(
+            f"{where}: runtime.data_workers: 0 needs train.eval_interval: 0 (in-training evaluations "
+            "need a data worker); set runtime.data_workers: 1"
+        )
+
+
+def _check_benchmark(p: dict, where: str) -> None:
+    """benchmark: each task once, prompts the template takes, a gate on tasks that run."""
     bench = p["benchmark"]
     names = [t["name"] for t in bench["tasks"]]
     twice = sorted({n for n in names if names.count(n) > 1})
@@ -587,13 +676,10 @@ def _check_consistency(p: dict, where: str) -> None:
             raise UserError(
                 f"{where}: benchmark.gate.{name}: not one of benchmark.tasks ({', '.join(names) or 'none'})"
             )
-    if p["runtime"]["data_workers"] == 0 and p["train"]["eval_interval"]:
-        # MaxText's HF input pipeline re-reads the eval split for each evaluation only in a
-        # worker process: in-process, every evaluation after the first sees a few rows only.
-        raise UserError(
-            f"{where}: runtime.data_workers: 0 needs train.eval_interval: 0 (in-training evaluations "
-            "need a data worker); set runtime.data_workers: 1"
-        )
+
+
+def _check_dataset(p: dict, where: str) -> None:
+    """dataset: a column for the formats that have one, local splits that exist."""
     d = p["dataset"]
     if (d["format"] == "prompt_completion") != (d["column"] is None):
         raise UserError(
@@ -605,7 +691,6 @@ def _check_consistency(p: dict, where: str) -> None:
             )
         )
     _check_local_splits(d, "dataset", where)
-    _check_preference(p, where)
 
 
 def _check_local_splits(d: dict, section: str, where: str) -> None:
@@ -617,6 +702,7 @@ def _check_local_splits(d: dict, section: str, where: str) -> None:
 
 
 def _check_preference(p: dict, where: str) -> None:
+    """preference: when on, a run train_dpo can make (no LoRA, room for the answers, its splits)."""
     pref = p["preference"]
     if not pref["enabled"]:
         return
@@ -637,21 +723,6 @@ def _check_preference(p: dict, where: str) -> None:
 # one dvc.yaml declares for it, or DVC would not re-run the stage when that key changes.
 READ_LOG_ENV = "PIPELINE_PARAMS_READ_LOG"
 keys_read: set[str] = set()
-
-
-class Tracked(dict):
-    """A params mapping that notes each key read through it (nested mappings too)."""
-
-    def __init__(self, data: dict, prefix: str = ""):
-        super().__init__({k: Tracked(v, f"{prefix}{k}.") if isinstance(v, dict) else v for k, v in data.items()})
-        self._prefix = prefix
-
-    def __getitem__(self, key):
-        keys_read.add(f"{self._prefix}{key}")
-        return super().__getitem__(key)
-
-    def get(self, key, default=None):
-        return self[key] if key in self else default
 
 
 def record_keys_read(stage: str) -> None:
@@ -675,8 +746,9 @@ Loader.add_implicit_resolver(
 )
 
 
-def load(path: str = PARAMS_FILE) -> dict:
-    """The validated params. Raises UserError with one line on anything wrong."""
+def load(path: str = PARAMS_FILE) -> "Params":
+    """The validated params, typed (Params; each key read noted). Raises UserError with one line
+    on anything wrong."""
     try:
         with open(path, "rb") as f:
             text = f.read().decode("utf-8")
@@ -695,19 +767,20 @@ def load(path: str = PARAMS_FILE) -> dict:
         raise UserError(f"{path}: nested too deeply to be a params file") from None
     except ValueError as e:  # what YAML's scalars can raise, e.g. an integer of 5,000 digits
         raise UserError(f"{path}: not a value YAML can read ({str(e).splitlines()[0][:120]})") from None
-    return Tracked(validate(params, path))
+    return validate(params, path).locate()
 
 
-def validate(params, where: str = PARAMS_FILE) -> dict:
-    """Checks a params tree against the schema; `where` names its source in the error."""
+def validate(params, where: str = PARAMS_FILE) -> "Params":
+    """Checks a params tree against the schema and the rules across its keys; `where` names
+    its source in the error. Returns the typed params."""
     try:
-        Params.model_validate(params)
+        typed = Params.model_validate(params)
     except ValidationError as e:
         raise UserError(_message(e, params, where)) from None
     except RecursionError:
         raise UserError(f"{where}: nested too deeply to be a params file") from None
-    _check_consistency(params, where)
-    return params
+    _check_consistency(params, where)  # on the plain tree: these reads are the schema's, not a stage's
+    return typed
 
 
 def json_schema() -> dict:

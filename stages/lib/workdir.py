@@ -35,6 +35,7 @@ import os
 import fsspec
 
 from stages.lib.dvc_yaml import declared
+from stages.lib.params import plain
 from stages.shared.errors import StageFailed
 
 TRAINER_PACKAGES = ("maxtext", "google-tunix")
@@ -58,7 +59,7 @@ def tracked_values(params: dict, keys: list[str]) -> dict:
         node = params
         for part in key.split("."):
             node = node[part]
-        out[key] = node
+        out[key] = plain(node)
     return out
 
 
