@@ -1,6 +1,7 @@
 """Recipes state only what differs from the recipe they extend; `python -m tools.recipe NAME`
 writes the whole params file, the same keys and values as the complete recipes the project had
-before (tests/data/golden/recipes.json: update it when a recipe changes on purpose)."""
+before (tests/data/golden/recipes.json: when a recipe changes on purpose, rewrite it with
+`python tests/test_recipes.py` and read its diff)."""
 
 import json
 import sys
@@ -75,3 +76,9 @@ def test_a_mapping_tagged_replace_replaces_the_one_it_extends(tmp_path, monkeypa
     (tmp_path / "a.yaml").write_text("gate:\n  x: {max_drop: 1}\nmore: {x: 1}\n")
     (tmp_path / "b.yaml").write_text("extends: a\ngate: !replace\n  y: {max_drop: 2}\nmore: {y: 2}\n")
     assert yaml.safe_load(recipe.params_text("b")) == {"gate": {"y": {"max_drop": 2}}, "more": {"x": 1, "y": 2}}
+
+
+if __name__ == "__main__":
+    golden = {name: yaml.safe_load(recipe.params_text(name)) for name in sorted(recipe.recipes())}
+    (DATA / "golden" / "recipes.json").write_text(json.dumps(golden, indent=2) + "\n")
+    print(f"wrote {DATA / 'golden' / 'recipes.json'}: {len(golden)} recipes")
