@@ -315,6 +315,8 @@ def samples_of(output_path: str, task: str) -> list[dict]:
 
 def run_vllm(params: dict, tasks: list[dict], task_dir: str, out_dir: str) -> tuple[dict, dict, dict]:
     """Each model's results, its logged samples per task, and its greedy answers."""
+    import transformers
+
     b = params.benchmark
     python = lm_eval_python(params)
     if subprocess.run([python, "-c", "import lm_eval, vllm"], capture_output=True).returncode != 0:
@@ -337,7 +339,8 @@ def run_vllm(params: dict, tasks: list[dict], task_dir: str, out_dir: str) -> tu
         for t in tasks:
             samples[who][t["name"]] = samples_of(output, t["name"]) or samples[who].get(t["name"], [])
         if "--apply_chat_template" in argv:
-            said[who] = answers.from_samples(output, b["prompts"], b["limit"])
+            tokenizer = transformers.AutoTokenizer.from_pretrained(MODELS[who])
+            said[who] = answers.from_samples(output, b["prompts"], b["limit"], tokenizer, b["max_new_tokens"])
     return results, samples, said
 
 

@@ -10,6 +10,7 @@ import csv
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -62,6 +63,14 @@ def commit(root: Path, message: str) -> None:
 # Results of running the pipeline in the checkout itself (git-tracked by DVC users, but never
 # part of a fresh copy of the project).
 RUN_RESULTS = ("dvc.lock", "metrics/", "plots/", "eval/", "dvclive/", "dvclive-preference/")
+
+
+def dry_run_args(stdout: str) -> list[str]:
+    """The arguments of the command a stage's --dry-run printed after "would run:" (shell-quoted,
+    one argument per continued line), as the shell would pass them."""
+    lines = stdout.split("would run:\n", 1)[1].splitlines()
+    last = next(i for i, line in enumerate(lines) if not line.endswith("\\"))
+    return shlex.split(" ".join(line.removesuffix("\\") for line in lines[: last + 1]))
 
 
 def project_files() -> list[str]:

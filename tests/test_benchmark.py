@@ -232,9 +232,9 @@ def test_the_vllm_backends_answers_task_answers_as_the_transformers_backend(tiny
     argv += ["--include_path", str(tmp_path / "tasks"), "--tasks", *names]
     argv += ["--batch_size", "4", "--seed", "0", "--output_path", str(out), "--limit", "2"]
     sh([*argv, "--apply_chat_template", "--fewshot_as_multiturn", "--log_samples"], tmp_path)
-    found = answers.from_samples(str(out), prompts, 2)
-    model = families.language_model(str(tiny_base), "gemma3-4b")
     tokenizer = answers.left_padding_tokenizer(str(tiny_base))
+    found = answers.from_samples(str(out), prompts, 2, tokenizer, 12)
+    model = families.language_model(str(tiny_base), "gemma3-4b")
     expected = answers.greedy_answers(model, tokenizer, prompts[:3], 12, "<end_of_turn>")
     assert found == [*expected, "(not generated: benchmark.limit is 2)"]
     assert all(expected), expected  # a random model's 12 tokens: never nothing
@@ -260,7 +260,7 @@ def test_benchmarks_land_in_dvc_metrics_rerun_alone_and_gate(tiny_run, tmp_path)
     metrics = quick["data"]["metrics"]["metrics/benchmark.json"]["data"]["benchmark"]
     assert set(metrics) == {"chat_arithmetic", "chat_capitals"} and "base" in metrics["chat_capitals"]
 
-    set_param(root, "benchmark.gate", {"chat_capitals": {"max_drop": None, "min_score": 1.01}})
+    set_param(root, "benchmark.gate", {"chat_capitals": {"max_drop": None, "min_score": 1.01, "stderrs": None}})
     failed = sh(["dvc", "repro", "benchmark"], root, check=False)
     assert failed.returncode != 0
     line = next(x for x in failed.stderr.splitlines() if x.startswith("benchmark: failed: the benchmark gate failed ("))

@@ -218,3 +218,10 @@ def test_on_a_slice_the_one_process_work_runs_on_worker_0s_cpu_and_training_on_t
     assert "hardware=cpu" not in train.args and "skip_jax_distributed_system=true" not in train.args
     p["hardware"].update(kind="v6e-8", hosts=1)  # one VM: its own TPU, as before
     assert "hardware=cpu" not in flags.convert_in(p, "out").args and flags.convert_in(p, "out").env == {}
+
+
+def test_a_request_crosses_to_maxtexts_process_with_its_mappings_in_order():
+    """HeldOut's `pairs` names the reference model first: the JSON keeps that order."""
+    request = contract.HeldOut(report="r.json", checkpoints={"z": "a"}, pairs={"sft": "s", "preference_tuned": "p"})
+    again = contract.decode(contract.encode(request), contract.HeldOut)
+    assert again == request and list(again.pairs) == ["sft", "preference_tuned"]

@@ -121,7 +121,7 @@ def test_two_processes_train_as_one_process_with_two_devices_and_survive_a_kille
     shown = dry.stdout + dry.stderr
     lines = [ln for ln in shown.splitlines() if ln.startswith("  worker ")]
     assert [ln.split(":")[0] for ln in lines] == ["  worker 0 of 2", "  worker 1 of 2"], shown
-    assert all("bash -c" in ln and "JOB_COMPLETION_INDEX=" in ln and "--fetch gs://" in ln for ln in lines), shown
+    assert all("bash -c" in ln and "JOB_COMPLETION_INDEX=" in ln and '"fetch": {"gs://' in ln for ln in lines), shown
     assert "MaxText accepted the configuration" in shown and TOKEN not in shown
     assert not gcs.objects(BUCKET, "scratch/"), "a dry run uploaded something"
 

@@ -140,6 +140,14 @@ def test_source_specific_keys_are_required_by_their_source(tiny, monkeypatch):
     assert error(tpu).startswith("params.yaml: hardware.tpu_env.TPU_ACCELERATOR_TYPE: missing")
 
 
+def test_a_benchmark_subset_of_one_item_is_refused(tiny, monkeypatch):
+    """One item per task leaves lm-eval no standard error, which the gate's allowance needs."""
+    monkeypatch.chdir(ROOT)
+    p = copy.deepcopy(tiny)
+    p["benchmark"]["tasks"][0]["max_items"] = 1
+    assert error(p).startswith("params.yaml: benchmark.tasks[0].max_items: expected an integer >= 2 or null, got 1")
+
+
 def test_not_a_mapping_at_the_top(monkeypatch):
     for value in ([1, 2], None, "text", 3):
         assert error(value, "x.yaml") == f"x.yaml: top level: expected a mapping of keys, got {value!r}"

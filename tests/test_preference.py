@@ -18,7 +18,17 @@ from stages.in_maxtext.heldout import preference_scores
 from stages.lib import chat, preference_pairs
 from stages.lib.params import validate
 from stages.shared.errors import UserError
-from testkit.workspace import REPO, clone_workspace, commit, set_key, set_param, sh, stages_run, with_real_4b_config
+from testkit.workspace import (
+    REPO,
+    clone_workspace,
+    commit,
+    dry_run_args,
+    set_key,
+    set_param,
+    sh,
+    stages_run,
+    with_real_4b_config,
+)
 
 USER = {"role": "user", "content": "What is 2 plus 2?"}
 
@@ -195,7 +205,7 @@ def test_the_rewards_are_tunix_s_against_the_reference_and_the_preference_the_mo
 def test_the_4b_dpo_recipe_passes_maxtexts_validation(workspace):
     root = with_real_4b_config(workspace("dry-run-dpo", recipe="gemma3-4b-v6e-8-dpo"))
     proc = sh([sys.executable, "-m", "stages.preference", "--dry-run"], root, timeout=300)
-    args = [a.strip(" \\") for a in proc.stdout.split("would run:", 1)[1].split() if a.strip(" \\")]
+    args = dry_run_args(proc.stdout)
     assert args[args.index("--") + 1].endswith("post_train/dpo.yml")
     for value in (
         "dpo.algo=dpo",

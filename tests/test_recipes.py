@@ -1,7 +1,7 @@
 """Recipes state only what differs from the recipe they extend; `python -m tools.recipe NAME`
 writes the whole params file, the same keys and values as the complete recipes the project had
 before (tests/data/golden/recipes.json: when a recipe changes on purpose, rewrite it with
-`python tests/test_recipes.py` and read its diff)."""
+`python -m tests.test_recipes` and read its diff)."""
 
 import json
 import sys

@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from testkit.workspace import REPO, set_param, sh, with_real_4b_config
+from testkit.workspace import REPO, dry_run_args, set_param, sh, with_real_4b_config
 
 
 def test_dvc_repro_on_a_cpu_machine_stops_before_fetching_anything(workspace):
@@ -76,8 +76,7 @@ def test_dvc_repro_on_a_cpu_machine_stops_before_fetching_anything(workspace):
 def test_committed_recipe_commands_pass_maxtexts_validation(workspace, stage, expected):
     root = with_real_4b_config(workspace("dry-run", recipe="gemma3-4b-v6e-8"))
     proc = sh([sys.executable, "-m", f"stages.{stage}", "--dry-run"], root, timeout=300)
-    command = proc.stdout.split("would run:", 1)[1]
-    args = [a.strip(" \\") for a in command.split() if a.strip(" \\")]
+    args = dry_run_args(proc.stdout)
     for value in expected:
         assert value in args, f"{value} not in {stage}'s MaxText command"
     assert "hardware=cpu" not in args  # a TPU recipe runs MaxText on the TPU

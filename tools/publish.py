@@ -24,7 +24,7 @@ import yaml
 
 from stages.lib import gguf_source, outputs, paths
 from stages.lib.cli import run
-from stages.lib.params import load
+from stages.lib.params import load, plain
 from stages.shared import checkpoint, families
 from stages.shared.errors import StageFailed, UserError
 
@@ -125,7 +125,7 @@ def model_card(params: dict, check: dict, repo_id: str) -> str:
         front["base_model"] = b["repo_id"]
     if d["source"] == "hub":
         front["datasets"] = [d["repo_id"]]
-    shaping = {section: params[section] for section in SHAPING}
+    shaping = {section: plain(params[section]) for section in SHAPING}
     loss = ""
     if evaluation:
         loss = (

@@ -152,10 +152,12 @@ def samples_file(output_path: str, task: str) -> str | None:
     return max(found, key=os.path.getmtime) if found else None
 
 
-def from_samples(output_path: str, prompts: list, limit: int | None) -> list[str]:
+def from_samples(output_path: str, prompts: list, limit: int | None, tokenizer, max_new_tokens: int) -> list[str]:
     """The answers of one `lm-eval run --log_samples` (its samples file for each answers task),
     in the prompts' order. With `benchmark.limit` lm-eval answers only the first `limit`
-    prompts of a task."""
+    prompts of a task. The engine stopped at the end of turn and dropped it, so an answer of
+    `max_new_tokens` tokens is one that never ended its turn: marked UNFINISHED, as
+    greedy_answers marks it."""
     answers = ["(not generated: no samples file)"] * len(prompts)
     names = task_names(prompts)
     positions: dict[str, list[int]] = {}
@@ -167,7 +169,9 @@ def from_samples(output_path: str, prompts: list, limit: int | None) -> list[str
             with open(found) as f:
                 for line in f:
                     sample = json.loads(line)
-                    answers[where[sample["doc_id"]]] = sample["resps"][0][0].strip()
+                    text = sample["resps"][0][0].strip()
+                    ran_out = len(tokenizer(text, add_special_tokens=False)["input_ids"]) >= max_new_tokens
+                    answers[where[sample["doc_id"]]] = f"{text} {UNFINISHED}" if ran_out else text
         for i in where[limit or len(where) :]:
             answers[i] = f"(not generated: benchmark.limit is {limit})"
     return answers

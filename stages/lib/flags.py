@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass, field
 
 from stages.lib import hardware, paths
+from stages.lib.params import HardwareParams, Params
 from stages.shared import contract, families
 from stages.shared.contract import TO_HUGGINGFACE, TO_MAXTEXT, TRAIN_COMPILE, TRAIN_DPO, TRAIN_SFT
 
@@ -82,7 +83,10 @@ def _abs(path: str) -> str:
 def placed_on_cpu(params: dict) -> dict:
     """The same params with the work placed on this machine's CPU, in one process (compiling
     for a TPU topology, or replaying the input pipeline, needs no TPU)."""
-    return {**params, "hardware": {"kind": "cpu", "hosts": 1, "tpu_env": None}}
+    on_cpu = {"kind": "cpu", "hosts": 1, "tpu_env": None}
+    if isinstance(params, Params):  # a copy that reads no section (keys_read stays the stage's own)
+        return params.model_copy(update={"hardware": HardwareParams(**on_cpu).locate(None)})
+    return {**params, "hardware": on_cpu}
 
 
 def one_host(params: dict) -> dict:

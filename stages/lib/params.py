@@ -79,12 +79,15 @@ class Section(BaseModel):
     tests/test_declared.py holds against the params dvc.yaml declares for the stage."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    _path: str = PrivateAttr(default="")  # "train.": where the section is, for keys_read
+    # "train.": where the section is, for keys_read; None: made by the code, not read from
+    # params.yaml (flags.placed_on_cpu's hardware), so its reads are nobody's params
+    _path: str | None = PrivateAttr(default="")
 
     def __getattribute__(self, name: str):
         if name[0] != "_" and name in type(self).__pydantic_fields__:
             private = object.__getattribute__(self, "__pydantic_private__") or {}
-            keys_read.add(private.get("_path", "") + name)
+            if private.get("_path", "") is not None:
+                keys_read.add(private.get("_path", "") + name)
         return super().__getattribute__(name)
 
     # The mapping protocol, for code that reads params by key (and `{**section}`, `dict(section)`).
@@ -112,9 +115,20 @@ class Section(BaseModel):
         for key, value in {**(changes or {}), **more}.items():
             self[key] = value
 
-    def locate(self, path: str = "") -> "Section":
-        """Sets where this section and those inside it are (for keys_read); returns self."""
+    def locate(self, path: str | None = "") -> "Section":
+        """Sets where this section and those inside it are (for keys_read; None: nowhere, its
+        reads not noted); returns self."""
         self._path = path
+        for name in type(self).__pydantic_fields__:
+            value = self.__dict__[name]
+            where = None if path is None else f"{path}{name}."
+            items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else []
+            for key, item in items:
+                if isinstance(item, Section):  # a list's items are keyed as the list (benchmark.tasks.name)
+                    item.locate(where if where is None or isinstance(value, list) else f"{where}{key}.")
+            if isinstance(value, Section):
+                value.locate(where)
+        return self
         for name in type(self).__pydantic_fields__:
             value = self.__dict__[name]
             for key, item in (
@@ -301,7 +315,10 @@ class BenchmarkTask(Section):
         "the task's data from a pinned package's file instead of its own source (stages/lib/benchmark_data.py)",
     )
     max_items: Int(
-        1, nullable=True, doc="with data: the first N items of each of its tasks (a fixed subset); null: all"
+        2,
+        nullable=True,
+        doc="with data: the first N items of each of its tasks (a fixed subset; at least 2, or lm-eval gives "
+        "a task no standard error); null: all",
     )
     max_gen_toks: Int(1, nullable=True, doc="a generating task's cap on each answer's tokens; null: the task's own")
 
@@ -491,11 +508,20 @@ def _field_at(loc: tuple) -> Any:
     """The schema field at a dotted location, or None where the location leaves the schema."""
     model, field = Params, None
     for key in loc:
+        if isinstance(key, int) and field is not None and _items(field.annotation):
+            model = _items(field.annotation)  # one item of a list of sections (benchmark.tasks[0])
+            continue
         if model is None or key not in model.model_fields:
             return None
         field = model.model_fields[key]
         model = _section(field.annotation)
     return field
+
+
+def _items(annotation) -> type[BaseModel] | None:
+    """The section model of a list of sections (benchmark.tasks), else None."""
+    args = typing.get_args(annotation) if typing.get_origin(annotation) is list else ()
+    return _section(args[0]) if args else None
 
 
 def _expect(field) -> str:
@@ -517,6 +543,11 @@ def _show(key) -> str:
     return key if isinstance(key, str) and key.isprintable() and key else repr(key)
 
 
+def _dotted(loc: tuple) -> str:
+    """A location as the message names it: benchmark.tasks[0].max_items."""
+    return "".join(f"[{key}]" if isinstance(key, int) else f".{_show(key)}" for key in loc).lstrip(".")
+
+
 # Keys an earlier version had, and where they went: a params.yaml from before says so.
 MOVED = {
     "evaluate": "its prompts and max_new_tokens are benchmark.prompts and benchmark.max_new_tokens: "
@@ -529,7 +560,7 @@ def _message(e: ValidationError, params: Any, where: str) -> str:
     # Unknown keys first: a misspelt key also shows up as the real key missing.
     error = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
     loc = tuple(error["loc"])
-    name = ".".join(map(_show, loc)) or "top level"
+    name = _dotted(loc) or "top level"
     if error["type"] == "extra_forbidden":
         if name in MOVED:
             return f"{where}: {name}: unknown key ({MOVED[name]})"
@@ -545,7 +576,7 @@ def _message(e: ValidationError, params: Any, where: str) -> str:
         depth -= 1
     key, field = loc[:depth], _field_at(loc[:depth])
     got = _value(params, key)
-    message = f"{where}: {'.'.join(map(_show, key))}: expected {_expect(field)}, got {got!r:.120}"
+    message = f"{where}: {_dotted(key)}: expected {_expect(field)}, got {got!r:.120}"
     options = (
         typing.get_args(field.annotation)
         if field is not None and typing.get_origin(field.annotation) is Literal

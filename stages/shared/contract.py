@@ -121,8 +121,9 @@ class MergeLora:
 
 
 def encode(value) -> str:
-    """A Setup or request as one command-line argument."""
-    return json.dumps(dataclasses.asdict(value), sort_keys=True)
+    """A Setup or request as one command-line argument. Its mappings keep their order (no
+    sort_keys): HeldOut's `pairs` names the reference first."""
+    return json.dumps(dataclasses.asdict(value))
 
 
 def decode(text: str, kind: type):
