@@ -86,7 +86,10 @@ def test_publish_uploads_the_export_with_a_card_that_traces_it(hub, tiny_run, tm
     heldout = json.loads((root / "metrics" / "eval.json").read_text())["eval"]
     assert f"| held-out loss | {heldout['base_loss']:.4f} | {heldout['fine_tuned_loss']:.4f} |" in card
     capitals = json.loads((root / "metrics" / "benchmark.json").read_text())["benchmark"]["chat_capitals"]
-    assert f"| chat_capitals (lm-eval) | {capitals['base']:.4f} | {capitals['fine_tuned']:.4f} |" in card
+    assert (
+        f"| chat_capitals (lm-eval) | {capitals['base']:.4f} ± {capitals['base_stderr']:.4f} "
+        f"| {capitals['fine_tuned']:.4f} ± {capitals['fine_tuned_stderr']:.4f} |"
+    ) in card  # lm-eval's standard errors beside the scores
     check = json.loads((root / "metrics" / "export_check.json").read_text())["export"]
     assert f"max KL {check['kl_max']:.3g}, mean KL {check['kl_mean']:.3g}" in card
     assert f"max KL {check['rounding']['kl_max']:.3g}" in card  # what bf16 rounding cost

@@ -129,16 +129,6 @@ class Section(BaseModel):
             if isinstance(value, Section):
                 value.locate(where)
         return self
-        for name in type(self).__pydantic_fields__:
-            value = self.__dict__[name]
-            for key, item in (
-                value.items() if isinstance(value, dict) else enumerate(value or []) if isinstance(value, list) else []
-            ):
-                if isinstance(item, Section):
-                    item.locate(f"{path}{name}." if isinstance(value, list) else f"{path}{name}.{key}.")
-            if isinstance(value, Section):
-                value.locate(f"{path}{name}.")
-        return self
 
 
 def plain(value):
