@@ -352,16 +352,9 @@ def data_position(
     """The resume replay (stages/in_maxtext/data_position.py): training's input pipeline, on CPU with
     as many simulated devices as one host of the recipe's accelerator has, so batches are the
     same; `streams`: each host's stream of a multi-host job, replayed one by one."""
-    cpu = placed_on_cpu(params)
     return Invocation(
         "stages.in_maxtext.data_position",
-        [
-            config_file(TRAIN_SFT),
-            *common(cpu),
-            *data(cpu, train_file, workers=0),
-            *_training(cpu),
-            f"base_output_directory={output_dir}",
-        ],
+        _input_pipeline_on_cpu(params, train_file, output_dir),
         setup(params, served_chat=served(params)),
         contract.DataPosition(steps=steps, report=report, streams=streams or []),
         env={"XLA_FLAGS": f"--xla_force_host_platform_device_count={hardware.devices_per_host(params)}"},
@@ -371,19 +364,25 @@ def data_position(
 def batches(params: dict, data_file: str, output_dir: str, rows: int, report: str) -> Invocation:
     """MaxText's training rows of `data_file` (stages/in_maxtext/batches.py): training's input
     pipeline and rendering, on this machine's CPU, one host's batches (tools/batches.py)."""
-    cpu = placed_on_cpu(params)
     return Invocation(
         "stages.in_maxtext.batches",
-        [
-            config_file(TRAIN_SFT),
-            *common(cpu),
-            *data(cpu, data_file, workers=0),
-            *_training(cpu),
-            f"base_output_directory={output_dir}",
-        ],
+        _input_pipeline_on_cpu(params, data_file, output_dir),
         setup(params, served_chat=served(params)),
         contract.Batches(rows=rows, report=report),
     )
+
+
+def _input_pipeline_on_cpu(params: dict, data_file: str, output_dir: str) -> list[str]:
+    """MaxText's flags for training's input pipeline over `data_file`, run on this machine's CPU
+    (the resume replay, tools.batches): training's config, data and batch flags, no data workers."""
+    cpu = placed_on_cpu(params)
+    return [
+        config_file(TRAIN_SFT),
+        *common(cpu),
+        *data(cpu, data_file, workers=0),
+        *_training(cpu),
+        f"base_output_directory={output_dir}",
+    ]
 
 
 def count_tokens(params: dict, splits: dict[str, str]) -> Invocation:
