@@ -528,10 +528,14 @@ def heldout(
     )
 
 
+FIT_KEYS = ("per_device_batch_size", "gradient_accumulation_steps", "max_target_length")
+
+
 def fit_check(params: dict, workdir: str, overrides: dict) -> Invocation:
     """MaxText's ahead-of-time compile of the train step for the recipe's TPU topology, run on
     this machine's CPU with libtpu (no TPU needed)."""
-    t = {**params["train"], **overrides}
+    # Only the keys the compile takes (each read is a declared param of the stage: fit_check's)
+    t = {key: overrides[key] if key in overrides else params["train"][key] for key in FIT_KEYS}
     return Invocation(
         TRAIN_COMPILE,
         [
