@@ -45,6 +45,13 @@ FAMILIES = [gemma3, llama3, qwen3]
 RECIPE = {gemma3: "tiny", llama3: "tiny-llama3", qwen3: "tiny-qwen3"}
 
 
+def test_every_family_has_its_expectations_here():
+    """A new family fails here until its template's behaviour is written in the tables above."""
+    from stages.shared import families
+
+    assert {f.NAME for f in FAMILIES} == {f.NAME for f in families.all_families()}
+
+
 @pytest.fixture(scope="module")
 def tokenizers(tmp_path_factory) -> dict:
     """Each family's real tokenizer, as MaxText loads it (count_tokens.load_tokenizer)."""
