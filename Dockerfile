@@ -14,7 +14,7 @@ WORKDIR /app
 # The environment first, from what defines it only, so code changes reuse this layer.
 COPY pyproject.toml ./
 COPY requirements/ requirements/
-COPY scripts/setup-tpu.sh scripts/
+COPY scripts/setup-tpu.sh scripts/setup-data.sh scripts/
 RUN scripts/setup-tpu.sh
 COPY . .
 ENV PATH=/app/.venv/bin:$PATH

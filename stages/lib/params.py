@@ -85,9 +85,9 @@ class Section(BaseModel):
 
     def __getattribute__(self, name: str):
         if name[0] != "_" and name in type(self).__pydantic_fields__:
-            private = object.__getattribute__(self, "__pydantic_private__") or {}
-            if private.get("_path", "") is not None:
-                keys_read.add(private.get("_path", "") + name)
+            path = (object.__getattribute__(self, "__pydantic_private__") or {}).get("_path", "")
+            if path is not None:
+                keys_read.add(path + name)
         return super().__getattribute__(name)
 
     # The mapping protocol, for code that reads params by key (and `{**section}`, `dict(section)`).
