@@ -228,6 +228,24 @@ def test_loaded_params_note_the_keys_a_stage_reads(monkeypatch):
     assert schema.keys_read == {"train", "train.lora", "train.lora.rank", "runtime", "runtime.keep_scratch", "hardware"}
 
 
+def test_a_conversation_prompts_reads_are_noted_under_its_list(monkeypatch):
+    """Sections inside a list inside a list (a conversation among benchmark.prompts) are noted
+    under the list's name: they were noted as bare `role` and `content`, keys of no stage."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(schema, "keys_read", set())
+    p = schema.validate(yaml.safe_load(params_text("small-chat"))).locate()
+    conversation = next(prompt for prompt in p.benchmark.prompts if isinstance(prompt, list))
+    _ = [(m.role, m["content"]) for m in conversation], p.benchmark.gate["gsm8k"].max_drop
+    assert schema.keys_read == {
+        "benchmark",
+        "benchmark.prompts",
+        "benchmark.prompts.role",
+        "benchmark.prompts.content",
+        "benchmark.gate",
+        "benchmark.gate.gsm8k.max_drop",
+    }
+
+
 def test_tpu_env_passes_further_tpu_variables_through_and_refuses_others(monkeypatch):
     monkeypatch.chdir(ROOT)
     tpu = yaml.safe_load(params_text("gemma3-4b-v6e-8"))

@@ -120,15 +120,22 @@ class Section(BaseModel):
         reads not noted); returns self."""
         self._path = path
         for name in type(self).__pydantic_fields__:
-            value = self.__dict__[name]
-            where = None if path is None else f"{path}{name}."
-            items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else []
-            for key, item in items:
-                if isinstance(item, Section):  # a list's items are keyed as the list (benchmark.tasks.name)
-                    item.locate(where if where is None or isinstance(value, list) else f"{where}{key}.")
-            if isinstance(value, Section):
-                value.locate(where)
+            _locate_inside(self.__dict__[name], None if path is None else f"{path}{name}.")
         return self
+
+
+def _locate_inside(value, where: str | None) -> None:
+    """Locates the sections inside a field's value, however deeply in lists and mappings: a
+    mapping's items are keyed by their key (benchmark.gate.ifeval.max_drop), a list's as the
+    list itself (benchmark.tasks.name; benchmark.prompts.role for a conversation's message)."""
+    if isinstance(value, Section):
+        value.locate(where)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _locate_inside(item, None if where is None else f"{where}{key}.")
+    elif isinstance(value, list):
+        for item in value:
+            _locate_inside(item, where)
 
 
 def plain(value):
