@@ -113,6 +113,17 @@ class GcsServer:
         sh(["dvc", "remote", "modify", "--local", name, "allow_anonymous_login", "true"], root)
 
 
+def client_env(server: GcsServer) -> dict:
+    """Where every Google Cloud client the stages and MaxText use finds the emulator: gcsfs
+    (DVC, the stages, etils), tensorstore (Orbax's array data)."""
+    return {
+        **CLIENT_ENV,
+        "STORAGE_EMULATOR_HOST": server.url,
+        "TENSORSTORE_GCS_HTTP_URL": server.url,
+        "GOOGLE_AUTH_TOKEN_FOR_TESTING": "anonymous",
+    }
+
+
 @contextlib.contextmanager
 def running(root: Path, *buckets: str):
     """A started server holding `buckets`, stopped on exit (a test module's fixture)."""

@@ -137,30 +137,13 @@ def sha256s(directory: Path) -> dict:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir()) if p.is_file()}
 
 
-# The suite's experiments: one grid queued with tools/grid.py, LoRA and full fine-tuning at
-# 5e-3 (the recipe's rate is 1e-3): two trainings, each minutes, that every experiment test
-# shares (tests/test_experiments.py, tests/test_golden.py).
-GRID = ["train.lora.enabled=true,false", "train.learning_rate=5e-3"]
-EXPERIMENTS = ["lora-lr5e-3", "no-lora-lr5e-3"]  # the names tools.grid gives them
-
-
-def run_queue(root: Path, names: list[str], timeout: float = 1800) -> str:
-    """`dvc queue start` with one worker, waited out; returns the last `dvc queue status`.
-    Waits on git: each experiment that ends well leaves a ref (refs/exps/.../NAME), which
-    costs nothing to look at, while `dvc queue status` costs ~3 CPU-seconds (it asks the
-    celery worker): asked once a minute (a failed experiment leaves no ref), and at the end."""
-    sh(["dvc", "queue", "start", "--jobs", "1"], root)
-    deadline = time.monotonic() + timeout
-    asked = time.monotonic()
-    while True:
-        refs = sh(["git", "for-each-ref", "--format=%(refname)", "refs/exps"], root).stdout.split()
-        if all(any(ref.endswith("/" + name) for ref in refs) for name in names) or time.monotonic() - asked > 60:
-            status = sh(["dvc", "queue", "status"], root).stdout
-            if not any(word in status for word in ("Queued", "Running")):
-                return status
-            asked = time.monotonic()
-        assert time.monotonic() < deadline, sh(["dvc", "queue", "status"], root).stdout
-        time.sleep(2)
+# The suite's experiments: one grid of tools/grid.py, LoRA and full fine-tuning at the
+# recipe's rate (1e-3) and at 5e-3, run by two workers (tests/conftest.py's `experiments`):
+# four trainings, each minutes, that every experiment test shares (tests/test_experiments.py,
+# tests/test_golden.py). The first is the recipe itself, so it must end as tiny_run did.
+GRID = ["train.lora.enabled=false,true", "train.learning_rate=1e-3,5e-3"]
+EXPERIMENTS = ["no-lora-lr1e-3", "no-lora-lr5e-3", "lora-lr1e-3", "lora-lr5e-3"]  # the names tools.grid gives them
+AS_RECIPE = "no-lora-lr1e-3"
 
 
 def apply(root: Path, name: str) -> None:

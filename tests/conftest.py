@@ -17,24 +17,30 @@ compiled once is compiled never again.
 """
 
 import os
+import re
 import shutil
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from testkit.built_once import built_once, run_dir
+from testkit.gcs_server import client_env, running
 from testkit.process_watch import CANARY_TOKEN
 from testkit.workspace import (
+    AS_RECIPE,
     EXPERIMENTS,
     GRID,
     REPO,
     clone_workspace,
     commit,
     copy_project,
+    env,
     run_pipeline,
-    run_queue,
     set_param,
     sh,
     with_real_4b_config,
@@ -150,13 +156,90 @@ def clone_of_tiny_run(tiny_run, tmp_path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def experiments(tiny_run, tmp_path_factory) -> SimpleNamespace:
-    """A clone of the tiny run in which GRID was queued and run: root, what tools.grid said
-    (`queued`), the queue's final status, and each experiment's output (`dvc queue logs`)."""
-    root = clone_workspace(tiny_run, tmp_path_factory.mktemp("exps"))
-    queued = sh([sys.executable, "-m", "tools.grid", *GRID], root).stdout
-    status = run_queue(root, EXPERIMENTS)
-    logs = {name: sh(["dvc", "queue", "logs", name], root).stdout for name in EXPERIMENTS}
+def experiments(workspace, tmp_path_factory) -> SimpleNamespace:
+    """GRID run past one machine, as a team runs a sweep (docs/sweeps.md): `python -m tools.grid
+    GRID --on local:2` in the user's fresh copy of the project (no dvc.lock: nothing run yet),
+    two workers in clones of their own, a bare git repository as the git remote, fake-gcs-server
+    as the DVC remote and as runtime.scratch_dir. Once AS_RECIPE's training has checkpoint 20 on
+    gs://, its worker is killed with everything it started (SIGKILL: a lost VM); the tool starts
+    it again and it takes its variant back. The tool ends by pulling every experiment into the
+    user's clone (`pull --outputs`: weights too).
+
+    root: the user's clone; said: the tool's output; grid_id; clones: {worker: its clone};
+    logs: {variant: its output, every attempt}; worker_logs: {worker: its whole output};
+    killed: the killed worker's name. (On one pytest worker only: SAME_WORKER.)"""
+    root = workspace("grid-user")
+    bucket = "grid"
+    with running(tmp_path_factory.mktemp("grid-gcs"), bucket) as server:
+        yield run_grid(root, server, bucket, tmp_path_factory)
+
+
+def wait_until(proc: subprocess.Popen, log: Path, condition, every: float = 2, timeout: float = 1800):
+    """Polls `condition` until it returns something true, while `proc` runs."""
+    deadline = time.monotonic() + timeout
+    while not (found := condition()):
+        assert proc.poll() is None, f"ended (exit {proc.returncode}) before it was seen:\n{log.read_text()[-4000:]}"
+        assert time.monotonic() < deadline, f"not seen after {timeout} s:\n{log.read_text()[-4000:]}"
+        time.sleep(every)
+    return found
+
+
+def run_grid(root: Path, server, bucket: str, tmp_path_factory) -> SimpleNamespace:
+    """experiments' run (above), the GCS server given."""
+    from test_faults import live_processes, session_pids, wait_for_session_to_end
+    from test_spot import reached
+
+    cloud = client_env(server)
+    set_param(root, "runtime.scratch_dir", f"gs://{bucket}/scratch")  # a taken-over variant resumes anywhere
+    set_param(root, "runtime.profile_steps", 0)  # (JAX's own GCS client cannot reach the emulator)
+    commit(root, "scratch on gs://")
+    origin = tmp_path_factory.mktemp("grid-git") / "project.git"
+    sh(["git", "init", "-q", "--bare", "-b", "main", str(origin)], origin.parent)
+    sh(["git", "remote", "add", "origin", str(origin)], root)
+    sh(["git", "push", "-q", "origin", "main"], root)
+    server.remote_config(root, bucket, "dvc")
+    said_path = root.parent / "grid.log"
+    with open(said_path, "w") as said:
+        tool = subprocess.Popen(
+            [sys.executable, "-m", "tools.grid", *GRID, "--on", "local:2", "--heartbeat", "2", "--stale-after", "60"]
+            + ["--poll", "2"],
+            cwd=root,
+            env=env(**cloud),
+            stdout=said,
+            stderr=subprocess.STDOUT,
+        )
+    grid_id = wait_until(tool, said_path, lambda: re.search(r"^grid (\w+): ", said_path.read_text(), re.M)).group(1)
+    clones = {f"local-{i}": root / ".dvc" / "tmp" / "grid" / grid_id / f"local-{i}" for i in (1, 2)}
+
+    def variant_log(worker: str, variant: str) -> Path:
+        return clones[worker] / ".dvc" / "tmp" / "grid-logs" / f"{variant}.log"
+
+    def training_it() -> tuple[str, str] | None:
+        for worker in clones:
+            log = variant_log(worker, AS_RECIPE)
+            if found := log.exists() and re.search(rf"working directory gs://{bucket}/(\S+)", log.read_text()):
+                return worker, found.group(1)
+        return None
+
+    killed, workdir = wait_until(tool, said_path, training_it, every=1)
+    wait_until(tool, said_path, lambda: reached(server, 20, bucket, workdir + "/"), every=1)
+    (pid,) = [p for p, cmd in live_processes().items() if "tools.grid_worker" in cmd and f"--worker={killed} " in cmd]
+    for member in session_pids(pid):  # the worker started in a session of its own: it, DVC, the stage, MaxText
+        os.kill(member, signal.SIGKILL)
+    wait_for_session_to_end(pid)
+    assert tool.wait(timeout=2400) == 0, said_path.read_text()[-6000:]
+    sh([sys.executable, "-m", "tools.grid", "pull", grid_id, "--outputs"], root, **cloud)  # the weights too
+    logs = {
+        v: "".join(variant_log(w, v).read_text() for w in clones if variant_log(w, v).exists()) for v in EXPERIMENTS
+    }
+    worker_logs = {w: (root / ".dvc" / "tmp" / "grid" / grid_id / f"{w}.log").read_text() for w in clones}
     return SimpleNamespace(
-        root=root, queued=queued, status=status, logs=logs
-    )  # (on one worker only: SAME_WORKER above)
+        root=root,
+        said=said_path.read_text(),
+        grid_id=grid_id,
+        clones=clones,
+        logs=logs,
+        worker_logs=worker_logs,
+        killed=killed,
+        cloud=cloud,
+    )

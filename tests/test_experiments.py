@@ -1,14 +1,20 @@
-"""Experiments: a grid queued with tools/grid.py (`dvc exp run --queue -S` for each variant)
-and run by `dvc queue start`, compared in `dvc exp show`, retrieved with `dvc exp apply`; a
-LoRA variant; the evaluation that tells them apart. (`dvc exp run` in the workspace: the
-convert_out.* experiment of tests/test_remote.py.)"""
+"""Experiments: a grid of tools/grid.py run past one machine (`--on local:2`: two workers in
+clones of their own, git and the GCS emulator between them, one worker killed mid-training),
+compared in `dvc exp show` of the user's clone, retrieved with `dvc exp apply`; a LoRA
+variant; the evaluation that tells them apart. The same grid without --on is queued for
+`dvc queue start`. (`dvc exp run` in the workspace: the convert_out.* experiment of
+tests/test_remote.py. The grid's commands for TPU VMs and XPK: tests/test_grid_engines.py.)"""
 
 import json
+import re
+import sys
 
 import pytest
 import yaml
+from test_faults import flat_params
 
-from testkit.workspace import EXPERIMENTS, apply, sh, sha256s, stages_run
+from testkit.workspace import AS_RECIPE, EXPERIMENTS, GRID, apply, sh, sha256s, stages_run, train_losses
+from tools.grid import shared_stages
 
 pytestmark = pytest.mark.slow
 
@@ -27,28 +33,63 @@ def exp_rows(root) -> dict:
     return rows
 
 
-def test_the_grid_queues_runs_and_reports_every_variant(experiments):
-    assert [
-        line.split()[2] for line in experiments.queued.splitlines() if line.startswith("grid: queued ")
-    ] == EXPERIMENTS
-    assert "Failed" not in experiments.status and experiments.status.count("Success") == len(EXPERIMENTS), (
-        experiments.status
-    )
+def last_attempt(log: str) -> str:
+    """A variant's output from its last `dvc exp run` (a killed variant's log holds two)."""
+    return log.rsplit("$ dvc exp run", 1)[-1]
+
+
+def test_the_grid_runs_every_variant_on_two_workers_and_the_users_clone_shows_them(experiments):
+    status = sh([sys.executable, "-m", "tools.grid", "status", experiments.grid_id], experiments.root).stdout
+    assert status.count(" done on local-") == len(EXPERIMENTS) + 1, status  # and the shared stages
     rows = exp_rows(experiments.root)
-    for name, lora in zip(EXPERIMENTS, (True, False), strict=True):
+    assert set(EXPERIMENTS) <= set(rows), rows.keys()
+    for name in EXPERIMENTS:
         train = rows[name]["params"]["params.yaml"]["train"]
-        assert train["learning_rate"] == 5e-3 and train["lora"]["enabled"] is lora, (name, train)
+        lr = float(re.search(r"lr([0-9e.-]+)$", name).group(1))
+        assert train["learning_rate"] == lr and train["lora"]["enabled"] is not name.startswith("no-"), (name, train)
         assert rows[name]["metrics"]["metrics/eval.json"]["eval"]["fine_tuned_loss"] > 0
+    # Both workers ran variants (neither sat out the grid).
+    assert all("done in" in log for log in experiments.worker_logs.values()), experiments.said[-3000:]
+
+
+def test_the_shared_stages_ran_once_in_all(experiments):
+    shared = shared_stages([s.split("=")[0] for s in GRID])
+    ran = [s for log in experiments.worker_logs.values() for s in stages_run(log)]
+    assert sorted(s for s in ran if s in shared) == sorted(shared), ran
+    for name in EXPERIMENTS:  # each variant restored them from the remote's run-cache
+        assert not set(stages_run(experiments.logs[name])) & set(shared), name
 
 
 def test_a_train_param_reruns_train_and_what_follows(experiments):
     # (preference, off, runs too: its input, the SFT model, changed; it writes its same note.)
     for name in EXPERIMENTS:
-        ran = sorted(stages_run(experiments.logs[name]))
+        ran = sorted(stages_run(last_attempt(experiments.logs[name])))
         assert ran == ["benchmark", "convert_out", "evaluate", "preference", "train"], (
             name,
             experiments.logs[name][-2000:],
         )
+
+
+def test_the_killed_workers_variant_resumed_from_its_checkpoint_and_ended_as_run_here(experiments, tiny_run):
+    """AS_RECIPE is the recipe itself: killed at checkpoint 20 on one worker, resumed there,
+    it must end exactly as tiny_run (this machine, one `dvc repro`, never killed) did."""
+    log = experiments.logs[AS_RECIPE]
+    assert "train: resuming at step 20:" in last_attempt(log), log[-3000:]
+    assert f"worker {experiments.killed} killed (signal 9); starting it again" in experiments.said
+    assert "started (taken over: its own claim from before a restart" in experiments.worker_logs[experiments.killed]
+    root = experiments.root
+    apply(root, AS_RECIPE)
+    resumed, here = (
+        flat_params(root / "models" / "sft-maxtext" / "params"),
+        flat_params(tiny_run.path / "models" / "sft-maxtext" / "params"),
+    )
+    assert resumed.keys() == here.keys() and [k for k in resumed if not (resumed[k] == here[k]).all()] == []
+    assert train_losses(root) == train_losses(tiny_run.path)
+    for metrics in ("metrics/eval.json", "dvclive/metrics.json"):
+        grid_run, local_run = (json.loads((r / metrics).read_text()) for r in (root, tiny_run.path))
+        if metrics == "dvclive/metrics.json":  # the speed of a run is not its result
+            grid_run, local_run = grid_run["run"]["final_loss"], local_run["run"]["final_loss"]
+        assert grid_run == local_run, metrics
 
 
 def test_two_experiments_differ_in_their_param_and_metrics(experiments):
@@ -89,7 +130,7 @@ def test_applying_an_experiment_restores_its_weights(experiments):
         # ... and the same files each time it is applied.
         files = sha256s(root / "models" / "sft-hf")
         assert exported.setdefault(name, files) == files, name
-    assert exported[EXPERIMENTS[0]] != exported[EXPERIMENTS[1]]
+    assert len({json.dumps(files) for files in exported.values()}) == len(EXPERIMENTS)
 
 
 def test_lora_variant_trains_exports_and_loads(experiments):
@@ -114,3 +155,12 @@ def test_fine_tuning_lowers_held_out_loss(tiny_run):
     assert m["fine_tuned_perplexity"] < m["base_perplexity"]
     generations = (tiny_run.path / "eval" / "generations.md").read_text()
     assert generations.count("**fine-tuned**") == 4 and "What is the capital of Peru?" in generations
+
+
+def test_without_workers_the_grid_is_queued_for_dvc_queue(workspace):
+    root = workspace("queue")
+    said = sh([sys.executable, "-m", "tools.grid", *GRID], root).stdout
+    assert [line.split()[2] for line in said.splitlines() if line.startswith("grid: queued ")] == EXPERIMENTS
+    status = sh(["dvc", "queue", "status"], root).stdout
+    assert all(re.search(rf"{name}\s.*Queued", status) for name in EXPERIMENTS), status
+    assert yaml.safe_load((root / "params.yaml").read_text())["train"]["learning_rate"] == 1e-3  # untouched

@@ -64,17 +64,33 @@ class Repro:
         return self.output()
 
 
-def session_members(sid: int) -> list[str]:
-    """The live processes of a session (zombies waiting to be reaped have finished)."""
-    members = []
+def live_processes() -> dict[int, str]:
+    """{pid: command line} of every live process (zombies waiting to be reaped have finished)."""
+    out = {}
     for proc in Path("/proc").glob("[0-9]*"):
         try:
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            if state != "Z" and os.getsid(int(proc.name)) == sid:
-                members.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:160])
+            if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                out[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except (OSError, ProcessLookupError):
             continue
-    return members
+    return out
+
+
+def session_pids(sid: int) -> list[int]:
+    pids = []
+    for pid in live_processes():
+        try:
+            if os.getsid(pid) == sid:
+                pids.append(pid)
+        except ProcessLookupError:
+            continue
+    return pids
+
+
+def session_members(sid: int) -> list[str]:
+    """The live processes of a session."""
+    commands = live_processes()
+    return [commands.get(pid, "")[:160] for pid in session_pids(sid)]
 
 
 def wait_for_session_to_end(sid: int, timeout: float = 60) -> None:

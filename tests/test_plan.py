@@ -2,6 +2,8 @@
 schedule, and what it says about the committed recipes. Its byte figures against a real run's
 files: tests/test_pipeline.py."""
 
+import re
+
 import pytest
 import yaml
 
@@ -59,3 +61,24 @@ def test_the_dpo_recipe_adds_the_preference_stage_and_its_saves(capsys):
     assert [s["stage"] for s in p["stages"]][2:5] == ["train", "preference", "convert_out"]
     # its parameters stay on the boot disk beside the SFT model's
     assert p["boot_disk_peak"] - sft["boot_disk_peak"] == p["stages"][3]["trained_params"]
+
+
+def test_a_grids_cost_counts_the_shared_stages_once_and_spreads_the_rest(capsys):
+    params = recipe_params("gemma3-4b-v6e-8")
+    d = plan.dimensions(params, "/nonexistent")
+    variants = {"steps1000": ["train.steps=1000"], "steps2000": ["train.steps=2000"], "steps3000": ["train.steps=3000"]}
+    said = plan.grid_cost(params, d, variants, workers=2)
+    minutes = {m[0]: float(m[1]) for m in re.findall(r"  (\S+): ~([0-9.]+) min", said)}
+    # A longer training is a longer variant; its share of the shared stages is none.
+    assert minutes["steps1000"] < minutes["steps2000"] < minutes["steps3000"]
+    once = float(re.search(r"run once: .*: ~([0-9.]+) min", said).group(1))
+    base = plan.plan(params, d)
+    shared_by_hand = sum(plan.seconds(s, base) for s in base["stages"] if s["stage"] in ("base_model", "convert_in"))
+    assert once == pytest.approx(shared_by_hand / 60, abs=0.06)
+    # Two workers: 3000 on one, 1000 + 2000 on the other, after the shared stages.
+    wall = float(re.search(r"wall: ~([0-9.]+) min on 2 workers", said).group(1))
+    assert wall == pytest.approx(once + max(minutes["steps3000"], minutes["steps1000"] + minutes["steps2000"]), abs=0.2)
+    saved = float(re.search(r"save ([0-9.]+) chip-hours", said).group(1))
+    assert saved == pytest.approx(2 * once / 60 * 8, abs=0.02)  # two variants fewer ran them, 8 chips each
+    plan.main(["--recipe", "gemma3-4b-v6e-8", "--base-hf", "/nonexistent", "--grid", "train.steps=1000,2000"])
+    assert "2 variants on 1 worker of v6e-8" in capsys.readouterr().out

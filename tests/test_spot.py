@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from test_faults import flat_params, wait_for_session_to_end
 
-from testkit.gcs_server import CLIENT_ENV, GcsServer, running
+from testkit.gcs_server import GcsServer, running
+from testkit.gcs_server import client_env as gcs_env
 from testkit.workspace import clone_workspace, commit, env, set_param, sh, stages_run, train_losses
 
 pytestmark = pytest.mark.slow
@@ -28,19 +29,8 @@ def gcs(tmp_path_factory):
         yield server
 
 
-def gcs_env(gcs: GcsServer) -> dict:
-    """Where every Google Cloud client the stages and MaxText use finds the emulator: gcsfs
-    (DVC, the stages, etils), tensorstore (Orbax's array data)."""
-    return {
-        **CLIENT_ENV,
-        "STORAGE_EMULATOR_HOST": gcs.url,
-        "TENSORSTORE_GCS_HTTP_URL": gcs.url,
-        "GOOGLE_AUTH_TOKEN_FOR_TESTING": "anonymous",
-    }
-
-
-def committed_steps(gcs: GcsServer) -> list[int]:
-    names = gcs.objects(BUCKET, "scratch/")
+def committed_steps(gcs: GcsServer, bucket: str = BUCKET, prefix: str = "scratch/") -> list[int]:
+    names = gcs.objects(bucket, prefix)
     return sorted(
         {
             int(n.split("/checkpoints/")[1].split("/")[0])
@@ -50,27 +40,27 @@ def committed_steps(gcs: GcsServer) -> list[int]:
     )
 
 
-def reached(gcs: GcsServer, step: int) -> bool:
-    """Checkpoint `step` and its metrics are on gs://. A listing that times out (the emulator
-    busy serving the training's own writes on a loaded machine) is asked again: the caller's
-    deadline decides, not one slow answer."""
+def reached(gcs: GcsServer, step: int, bucket: str = BUCKET, prefix: str = "scratch/") -> bool:
+    """Checkpoint `step` and its metrics are on gs://bucket/prefix. A listing that times out (the
+    emulator busy serving the training's own writes on a loaded machine) is asked again: the
+    caller's deadline decides, not one slow answer."""
     import urllib.error
 
     try:
-        return step in committed_steps(gcs) and saved_metrics_reach(gcs, step)
+        return step in committed_steps(gcs, bucket, prefix) and saved_metrics_reach(gcs, step, bucket, prefix)
     except (TimeoutError, urllib.error.URLError):
         return False
 
 
-def saved_metrics_reach(gcs: GcsServer, step: int) -> bool:
+def saved_metrics_reach(gcs: GcsServer, step: int, bucket: str = BUCKET, prefix: str = "scratch/") -> bool:
     """The metrics lines saved beside the checkpoints include `step` (the train stage saves
     them once a checkpoint and its step's line both exist)."""
     import json
     import urllib.request
 
-    names = [n for n in gcs.objects(BUCKET, "scratch/") if n.endswith("/metrics.jsonl")]
+    names = [n for n in gcs.objects(bucket, prefix) if n.endswith("/metrics.jsonl")]
     for name in names:
-        url = f"{gcs.url}/storage/v1/b/{BUCKET}/o/{urllib.request.quote(name, safe='')}?alt=media"
+        url = f"{gcs.url}/storage/v1/b/{bucket}/o/{urllib.request.quote(name, safe='')}?alt=media"
         for line in urllib.request.urlopen(url, timeout=10).read().decode().splitlines():
             if '"learning/loss"' in line and json.loads(line)["step"] >= step:
                 return True

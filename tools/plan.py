@@ -4,6 +4,7 @@ the disk peak against the machine's, and a time from stated assumptions.
 
     python -m tools.plan                 # the recipe in params.yaml
     python -m tools.plan --recipe NAME   # a committed recipe (recipes/NAME.yaml)
+    python -m tools.plan --grid train.learning_rate=1e-5,2e-5,5e-5 --workers 2   # a grid (tools.grid)
 
 Runs nothing and reads no weights: the model's dimensions come from models/base-hf/config.json
 when the base_model stage has run, else from MaxText's own config for model.maxtext_name. Every
@@ -18,7 +19,7 @@ import yaml
 
 from stages.lib import hardware, paths
 from stages.lib.cli import run
-from stages.lib.params import load, validate
+from stages.lib.params import load, plain, validate
 from stages.shared import checkpoint
 from stages.shared.errors import UserError
 
@@ -294,10 +295,47 @@ def render(p: dict, d: dict, assumed: dict = ASSUMED) -> str:
     return "\n".join(lines)
 
 
+def grid_cost(params, d: dict, variants: dict[str, list[str]], workers: int, assumed: dict = ASSUMED) -> str:
+    """A grid's time and chip-hours: the shared stages once, each variant's own stages, spread
+    over `workers` machines (longest first), against one machine running them in a row and
+    against every variant recomputing the shared stages (a projection, as the plan is)."""
+    from tools.grid import shared_stages, with_values
+
+    shared = shared_stages(sorted({s.split("=", 1)[0] for sets in variants.values() for s in sets}))
+    own = {}
+    for name, sets in variants.items():
+        p = plan(validate(with_values(plain(params), [s.split("=", 1) for s in sets]), name), d)
+        times = {s["stage"]: seconds(s, p, assumed) for s in p["stages"]}
+        own[name] = sum(t for stage, t in times.items() if stage not in shared)
+    once = sum(t for stage, t in times.items() if stage in shared)
+    loads = [0.0] * workers
+    for t in sorted(own.values(), reverse=True):
+        loads[loads.index(min(loads))] += t
+    machine_s = once + sum(own.values())
+    chips = p["chips"] or 1
+    h = lambda s: f"{s / 3600:.2f} h"  # noqa: E731
+    on = f"{workers} worker{'s' if workers > 1 else ''}"
+    lines = [
+        f"Grid cost (a projection, the plan's assumptions): {len(variants)} variants on {on} "
+        f"of {p['kind']} ({chips} chips each)",
+        f"  shared stages, run once: {', '.join(shared) or 'none'}: ~{once / 60:.1f} min",
+        *[f"  {name}: ~{t / 60:.1f} min of its own stages" for name, t in own.items()],
+        f"  wall: ~{(once + max(loads)) / 60:.1f} min on {on}; one machine in a row (dvc queue): "
+        f"~{machine_s / 60:.1f} min",
+        f"  chip-hours: {machine_s * chips / 3600:.2f} ({h(machine_s)} of machine time); the shared stages run once "
+        f"save {(len(variants) - 1) * once * chips / 3600:.2f} chip-hours against each variant computing them",
+        "  not modelled: evaluate's and the benchmark's compute, a worker's set-up and idle wait (the shared stages "
+        "run before any variant)",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipe", help="a committed recipe's name (recipes/NAME.yaml) instead of params.yaml")
     parser.add_argument("--base-hf", default=paths.BASE_HF, help="where a downloaded base checkpoint's config is")
+    parser.add_argument("--grid", nargs="+", metavar="KEY=V1,V2", help="a grid's cost (python -m tools.grid's axes)")
+    parser.add_argument("--workers", type=int, default=1, help="with --grid: machines running it")
     args = parser.parse_args(argv)
     if args.recipe:
         from tools import recipe
@@ -306,6 +344,13 @@ def main(argv: list[str] | None = None) -> None:
     else:
         params = load()
     d = dimensions(params, args.base_hf)
+    if args.grid:
+        from tools.grid import expand
+
+        if args.workers < 1:
+            raise UserError(f"--workers {args.workers}: at least 1")
+        print(grid_cost(params, d, expand(args.grid, plain(params)), args.workers))
+        return
     print(render(plan(params, d), d))
 
 

@@ -23,11 +23,12 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
 
 
-def adopt_orphans() -> None:
+def adopt_orphans(adopt: bool = True) -> None:
     """Make this process the parent of any descendant whose own parent dies (Linux prctl),
     so that MaxText's data workers, orphaned when MaxText is killed, can still be found and
-    stopped (stages/lib/maxtext_process.py) instead of lingering under init."""
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
+    stopped (stages/lib/maxtext_process.py) instead of lingering under init. adopt=False:
+    leave them to init, which reaps them (tools/grid.py's local workers)."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, int(adopt))
 
 
 STAGE_TIMES = os.path.join("logs", "stage_times.json")
