@@ -1,7 +1,7 @@
 """A real recipe's whole run, stage by stage: wall time and peak memory (the small-chat recipe's
 figures in docs/benchmarks.md, "Real data, real benchmarks").
 
-    python -m bench.real_run                        # small-chat in a fresh copy of the project (~80 minutes)
+    python -m bench.real_run                        # small-chat in a fresh copy of the project (~52 minutes)
     python -m bench.real_run --recipe small --keep /tmp/small-run
 
 A fresh copy of the project (its own git repository, DVC cache and empty JAX compilation

@@ -226,14 +226,15 @@ def launch(args, params: dict, variants: dict[str, list[str]]) -> None:
             raise UserError("runtime.xpk.cluster and runtime.xpk.docker_image: set both for --on xpk (docs/sweeps.md)")
         commands = grid_engines.xpk_commands(grid_id, what, url, x, params["hardware"]["kind"])
     once = ", ".join(spec["shared_stages"]) or "none"
-    print(f"grid {grid_id}: {len(variants)} variants from {base[:10]}; shared stages, run once: {once}")
+    header = f"grid {grid_id}: {len(variants)} variants from {base[:10]}; shared stages, run once: {once}"
     if args.dry_run:
+        print(header)
         for name, cmd in commands.items():
             print(f"would start {name}: {shlex.join(cmd)}")
         return
     board = Board(".", grid_id, args.git_remote)
-    if not board.publish(spec, base):
-        print(f"grid {grid_id}: already on the git remote; its workers continue it")
+    again = not board.publish(spec, base)
+    print(header + ("; already on the git remote: its workers continue it" if again else ""), flush=True)
     board.fetch()
     if args.retry_failed:
         for variant in board.state().failed:

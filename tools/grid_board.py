@@ -3,6 +3,7 @@ of a grid, wherever it runs, reads and writes (tools/grid_worker.py; docs/sweeps
 
     refs/grid/<id>/base               the commit every variant starts from (the user's HEAD)
     refs/grid/<id>/spec               a commit holding grid.json: the variants and their -S values
+    refs/grid/<id>/shared             the base plus what the shared stages wrote to git (dvc.lock)
     refs/grid/<id>/claim/<variant>    held by the worker running it; moved forward as its heartbeat
     refs/grid/<id>/done/<variant>     its experiment is pushed (`dvc exp push`)
     refs/grid/<id>/failed/<variant>   it failed; the commit's subject holds the last log line
@@ -144,6 +145,21 @@ class Board:
     def fetch(self) -> None:
         """This clone's refs/grid/<id>/* made the remote's (deleted claims included)."""
         self.git("fetch", "-q", "--prune", self.remote, f"+{self.prefix}/*:{self.prefix}/*")
+
+    def shared(self) -> str | None:
+        """The commit holding what the shared stages wrote to git, once they have run."""
+        proc = self.git("rev-parse", "--verify", "-q", f"{self.prefix}/shared", check=False)
+        return proc.stdout.strip() or None
+
+    def publish_shared(self, base: str) -> None:
+        """Commits what the shared stages changed in this clone (on top of `base`) as the grid's
+        shared commit (kept if a worker before this one published it)."""
+        self.git("add", "-A")
+        tree = self.git("write-tree").stdout.strip()
+        message = f"the shared stages of grid {self.grid_id}"
+        sha = self.git("commit-tree", tree, "-p", base, "-m", message).stdout.strip()
+        self._swap("shared", sha, None)
+        self.fetch()
 
     def spec(self) -> dict:
         proc = self.git("show", f"{self.prefix}/spec:grid.json", check=False)

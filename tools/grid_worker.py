@@ -9,9 +9,12 @@ worker. CLONE is this worker's own clone of the project (made from GIT_URL if mi
 checked out at the grid's base commit. Per variant, in order:
 
   1. the stages no variant changes (the spec's shared_stages), once for the whole grid: the
-     first worker runs them (`dvc repro --pull`) and pushes their outputs and run-cache
-     entries; the others wait for it, and their `dvc exp run --pull` then restores those
-     stages from the remote instead of running them;
+     first worker runs them (`dvc repro --pull`), pushes their outputs (`dvc push
+     --run-cache`) and what they wrote to git (dvc.lock, their metrics files) as the commit
+     refs/grid/<id>/shared; the others wait for it and lay that commit's files over the base,
+     so that their `dvc exp run --pull` finds those stages unchanged and pulls their outputs
+     instead of running them (the run-cache alone would not do: `dvc push --run-cache` leaves
+     out the objects of uncached outputs, the metrics files, and DVC then runs the stage);
   2. `dvc exp run --pull -n NAME -S KEY=VALUE ...` from a clean checkout of the base;
   3. `dvc exp push origin NAME`: the experiment's git ref and its outputs;
   4. done (or failed, with the last line of its log) on the board.
@@ -127,6 +130,10 @@ class Worker:
         outputs stay in the workspace and cache: DVC finds what it can reuse)."""
         self.board.git("reset", "-q", "--hard", self.spec["base"])
         self.board.git("clean", "-fdq")
+        if shared := self.board.shared():
+            # What the shared stages wrote to git (dvc.lock, their metrics files), over the
+            # base: DVC then finds them unchanged and pulls their outputs instead of running them.
+            self.board.git("checkout", shared, "--", ".")
         # A killed run's leftovers. Its entry in DVC's lock file names a pid that, reparented to
         # an init that does not reap (a container's), stays a zombie which DVC takes for a live
         # holder; no other DVC uses this clone.
@@ -151,6 +158,8 @@ class Worker:
                     self.record(variant, "failed", {"worker": self.name, "line": line})
                     print(f"grid worker {self.name}: {variant}: failed: {line}", flush=True)
                     return
+            if variant == SHARED:
+                self.board.publish_shared(self.spec["base"])
             self.record(variant, "done", {"worker": self.name, "seconds": round(time.time() - started)})
             print(f"grid worker {self.name}: {variant}: done in {time.time() - started:.0f} s", flush=True)
         finally:
