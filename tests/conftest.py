@@ -158,7 +158,8 @@ def clone_of_tiny_run(tiny_run, tmp_path) -> Path:
 @pytest.fixture(scope="session")
 def experiments(workspace, tmp_path_factory) -> SimpleNamespace:
     """GRID run past one machine, as a team runs a sweep (docs/sweeps.md): `python -m tools.grid
-    GRID --on local:2` in the user's fresh copy of the project (no dvc.lock: nothing run yet),
+    GRID --on local:2` in the user's fresh copy of the project (no dvc.lock: nothing run yet;
+    its benchmark on 2 items a task and one prompt: no experiment test reads it),
     two workers in clones of their own, a bare git repository as the git remote, fake-gcs-server
     as the DVC remote and as runtime.scratch_dir. Once AS_RECIPE's training has checkpoint 20 on
     gs://, its worker is killed with everything it started (SIGKILL: a lost VM); the tool starts
@@ -192,6 +193,8 @@ def run_grid(root: Path, server, bucket: str, tmp_path_factory) -> SimpleNamespa
     cloud = client_env(server)
     set_param(root, "runtime.scratch_dir", f"gs://{bucket}/scratch")  # a taken-over variant resumes anywhere
     set_param(root, "runtime.profile_steps", 0)  # (JAX's own GCS client cannot reach the emulator)
+    set_param(root, "benchmark.limit", 2)  # (the suite's time: the benchmark's scores are not what is tested)
+    set_param(root, "benchmark.prompts", ["What is 17 plus 25?"])
     commit(root, "scratch on gs://")
     origin = tmp_path_factory.mktemp("grid-git") / "project.git"
     sh(["git", "init", "-q", "--bare", "-b", "main", str(origin)], origin.parent)
@@ -223,7 +226,8 @@ def run_grid(root: Path, server, bucket: str, tmp_path_factory) -> SimpleNamespa
 
     killed, workdir = wait_until(tool, said_path, training_it, every=1)
     wait_until(tool, said_path, lambda: reached(server, 20, bucket, workdir + "/"), every=1)
-    (pid,) = [p for p, cmd in live_processes().items() if "tools.grid_worker" in cmd and f"--worker={killed} " in cmd]
+    mine = f"--grid={grid_id} --worker={killed} "  # (not another test's grid's worker of the same name)
+    (pid,) = [p for p, cmd in live_processes().items() if "tools.grid_worker" in cmd and mine in cmd]
     for member in session_pids(pid):  # the worker started in a session of its own: it, DVC, the stage, MaxText
         os.kill(member, signal.SIGKILL)
     wait_for_session_to_end(pid)

@@ -151,7 +151,8 @@ def test_a_silent_workers_variant_goes_to_another_and_a_failing_one_fails_alone(
     # local-1 holds a variant: it, all it started, and the tool that would start it again vanish (a lost VM).
     mine = lambda: [v for v, c in board.refresh().claims.items() if c.worker == "local-1" and v != SHARED]  # noqa: E731
     held = wait_for(mine, said)
-    (worker,) = [p for p, cmd in live_processes().items() if "tools.grid_worker" in cmd and "--worker=local-1 " in cmd]
+    mine = f"--grid={grid_id} --worker=local-1 "  # (not the suite's grid's worker of the same name)
+    (worker,) = [p for p, cmd in live_processes().items() if "tools.grid_worker" in cmd and mine in cmd]
     for pid in session_pids(tool.pid) + session_pids(worker):
         os.kill(pid, signal.SIGKILL)
     output = other.communicate(timeout=300)[0]

@@ -163,7 +163,7 @@ def dvc_remote() -> tuple[str, str]:
     return name, config["remote"][name]["url"]
 
 
-def check_startable(params: dict, engine: str, git_remote: str) -> tuple[str, str | None, str, str]:
+def check_startable(params: dict, engine: str, git_remote: str) -> tuple[str, str, str, str]:
     """What every worker needs, checked here before anything starts: (base commit, git URL,
     DVC remote name and URL). One line on the first thing missing."""
     if git("status", "--porcelain", "--untracked-files=no"):
@@ -236,6 +236,7 @@ def launch(args, params: dict, variants: dict[str, list[str]]) -> None:
     again = not board.publish(spec, base)
     print(header + ("; already on the git remote: its workers continue it" if again else ""), flush=True)
     board.fetch()
+    spec = board.spec()  # (the first run's, if this one continues a grid)
     if args.retry_failed:
         for variant in board.state().failed:
             board.forget("failed", variant)
