@@ -97,7 +97,7 @@ def test_outcomes_outlive_the_claim_and_failures_can_be_retried(boards):
     state = b.refresh()
     assert state.of("v1", time.time(), 60) == "failed" and state.failed["v1"].info["line"].endswith("out of memory")
     assert "v1" not in state.claims
-    b.forget("failed", "v1")
+    b.forget_failure("v1")
     assert b.refresh().of("v1", time.time(), 60) == "queued"
     assert b.grids() == ["g1"]
 

@@ -41,7 +41,7 @@ from stages.lib.params import load, plain, validate
 from stages.shared.errors import StageFailed, UserError
 from tools import grid_engines
 from tools.grid_board import SHARED, Board, RemoteUnreachable
-from tools.grid_worker import last_line
+from tools.grid_worker import last_line, tool
 
 # Short names for the params people sweep; anything else uses its last key.
 ABBREVIATIONS = {
@@ -239,7 +239,7 @@ def launch(args, params: dict, variants: dict[str, list[str]]) -> None:
     spec = board.spec()  # (the first run's, if this one continues a grid)
     if args.retry_failed:
         for variant in board.state().failed:
-            board.forget("failed", variant)
+            board.forget_failure(variant)
     LAST_GRID.parent.mkdir(parents=True, exist_ok=True)
     LAST_GRID.write_text(grid_id)
     if kind == "local":
@@ -341,7 +341,7 @@ def pull(board: Board, spec: dict, outputs: bool = False) -> None:
         print(f"grid {board.grid_id}: nothing finished yet")
         return
     cmd = ["dvc", "exp", "pull", board.remote, *done, *([] if outputs else ["--no-cache"])]
-    proc = subprocess.run([str(Path(sys.executable).parent / "dvc"), *cmd[1:]], capture_output=True, text=True)
+    proc = subprocess.run([tool("dvc"), *cmd[1:]], capture_output=True, text=True)
     if proc.returncode != 0:
         raise StageFailed(f"{' '.join(cmd)}: {(proc.stderr or proc.stdout).strip()[-500:]}")
     print(

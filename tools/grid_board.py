@@ -206,11 +206,10 @@ class Board:
         assert outcome in ("done", "failed")
         self._swap(f"{outcome}/{variant}", self._commit({**info, "at": time.time()}), None)
 
-    def forget(self, outcome: str, variant: str) -> None:
-        """Removes a variant's outcome, so that workers run it again (--retry-failed)."""
-        mark = self.state().failed.get(variant) if outcome == "failed" else None
-        if mark:
-            self._swap(f"{outcome}/{variant}", None, mark.sha)
+    def forget_failure(self, variant: str) -> None:
+        """Removes a variant's failure, so that workers run it again (--retry-failed)."""
+        if mark := self.state().failed.get(variant):
+            self._swap(f"failed/{variant}", None, mark.sha)
 
     def grids(self) -> list[str]:
         """The ids of every grid on the remote."""
