@@ -60,6 +60,16 @@ MODELS = {"base": paths.BASE_HF, "fine_tuned": paths.SFT_HF}
 
 
 @functools.cache
+def tokenizer_of(model_dir: str):
+    """The checkpoint's tokenizer, loaded once for everything the stage does with it (the greedy
+    answers, lm-eval's backend, the answers' shares): a load of Gemma 3's 262,144 words takes
+    seconds, a third of the tiny recipe's stage when it was loaded five times (docs/benchmarks.md).
+    Padded on the left, as batched generation needs; lm-eval pads explicitly wherever it pads,
+    and finds the pad token set as it would set it (stages/lib/answers.py)."""
+    return answers.left_padding_tokenizer(model_dir)
+
+
+@functools.cache
 def registry(local_dir: str | None = None):
     """lm-eval's task registry: its own ~15,000 task files (`local_dir` None: ~10 s to index,
     once per process), or the tasks of one directory alone."""
@@ -315,8 +325,6 @@ def samples_of(output_path: str, task: str) -> list[dict]:
 
 def run_vllm(params: dict, tasks: list[dict], task_dir: str, out_dir: str) -> tuple[dict, dict, dict]:
     """Each model's results, its logged samples per task, and its greedy answers."""
-    import transformers
-
     b = params.benchmark
     python = lm_eval_python(params)
     if subprocess.run([python, "-c", "import lm_eval, vllm"], capture_output=True).returncode != 0:
@@ -339,7 +347,7 @@ def run_vllm(params: dict, tasks: list[dict], task_dir: str, out_dir: str) -> tu
         for t in tasks:
             samples[who][t["name"]] = samples_of(output, t["name"]) or samples[who].get(t["name"], [])
         if "--apply_chat_template" in argv:
-            tokenizer = transformers.AutoTokenizer.from_pretrained(MODELS[who])
+            tokenizer = tokenizer_of(MODELS[who])
             said[who] = answers.from_samples(output, b["prompts"], b["limit"], tokenizer, b["max_new_tokens"])
     return results, samples, said
 
@@ -373,16 +381,11 @@ def run_hf(params: dict, tasks: list[dict], task_dir: str) -> tuple[dict, dict, 
     samples: dict[str, dict] = {who: {} for who in MODELS}
     said: dict[str, list[str]] = {}
     for who, model_dir in MODELS.items():
-        model = families.language_model(model_dir, params.model.maxtext_name)
+        model, tokenizer = families.language_model(model_dir, params.model.maxtext_name), tokenizer_of(model_dir)
         print(f"benchmark: {who}: greedy answers to {len(b['prompts'])} prompts (transformers)", flush=True)
         said[who] = answers.greedy_answers(
-            model,
-            answers.left_padding_tokenizer(model_dir),
-            b["prompts"],
-            b["max_new_tokens"],
-            families.of(params.model.maxtext_name).END_OF_TURN,
+            model, tokenizer, b["prompts"], b["max_new_tokens"], families.of(params.model.maxtext_name).END_OF_TURN
         )
-        tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
         batches = {
             "generate": b["batch_size"],
             "score": scoring_batch(b["batch_size"], b["max_length"], model.config.vocab_size),
@@ -524,10 +527,8 @@ def main() -> None:
             results, samples, said = run_hf(params, tasks, task_dir)
         else:
             results, samples, said = run_vllm(params, tasks, task_dir, os.path.join(work, "results"))
-    import transformers
-
     found = scores(tasks, results, written)
-    shares = answer_shares(tasks, samples, transformers.AutoTokenizer.from_pretrained(paths.BASE_HF))
+    shares = answer_shares(tasks, samples, tokenizer_of(paths.BASE_HF))
     for name, by_model in shares.items():
         found[name]["answers"] = by_model
     gate = params.benchmark.gate

@@ -135,3 +135,35 @@ def running(root: Path, *buckets: str):
         yield server
     finally:
         server.stop()
+
+
+def committed_steps(gcs: GcsServer, bucket: str, prefix: str) -> list[int]:
+    """The training checkpoints complete under gs://bucket/prefix (Orbax's commit marker)."""
+    return sorted(
+        {
+            int(n.split("/checkpoints/")[1].split("/")[0])
+            for n in gcs.objects(bucket, prefix)
+            if "/checkpoints/" in n and n.endswith("/commit_success.txt")
+        }
+    )
+
+
+def reached(gcs: GcsServer, step: int, bucket: str, prefix: str) -> bool:
+    """Checkpoint `step` and its metrics are on gs://bucket/prefix. A listing that times out (the
+    emulator busy serving the training's own writes on a loaded machine) is asked again: the
+    caller's deadline decides, not one slow answer."""
+    try:
+        return step in committed_steps(gcs, bucket, prefix) and saved_metrics_reach(gcs, step, bucket, prefix)
+    except (TimeoutError, urllib.error.URLError):
+        return False
+
+
+def saved_metrics_reach(gcs: GcsServer, step: int, bucket: str, prefix: str) -> bool:
+    """The metrics lines saved beside the checkpoints include `step` (the train stage saves
+    them once a checkpoint and its step's line both exist)."""
+    for name in [n for n in gcs.objects(bucket, prefix) if n.endswith("/metrics.jsonl")]:
+        url = f"{gcs.url}/storage/v1/b/{bucket}/o/{urllib.request.quote(name, safe='')}?alt=media"
+        for line in urllib.request.urlopen(url, timeout=10).read().decode().splitlines():
+            if '"learning/loss"' in line and json.loads(line)["step"] >= step:
+                return True
+    return False

@@ -28,7 +28,6 @@ LONGEST_FIRST = [
     "test_preference.py",
     "test_remote.py",
     "test_pipeline.py",
-    "test_spot.py",
     "test_tiny_family_runs_the_whole_pipeline",
     "test_roundtrip.py",
 ]

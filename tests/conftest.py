@@ -29,7 +29,7 @@ from types import SimpleNamespace
 import pytest
 
 from testkit.built_once import built_once, run_dir
-from testkit.gcs_server import client_env, running
+from testkit.gcs_server import client_env, reached, running
 from testkit.process_watch import CANARY_TOKEN
 from testkit.workspace import (
     AS_RECIPE,
@@ -161,14 +161,17 @@ def experiments(workspace, tmp_path_factory) -> SimpleNamespace:
     GRID --on local:2` in the user's fresh copy of the project (no dvc.lock: nothing run yet;
     its benchmark on 2 items a task and one prompt: no experiment test reads it),
     two workers in clones of their own, a bare git repository as the git remote, fake-gcs-server
-    as the DVC remote and as runtime.scratch_dir. Once AS_RECIPE's training has checkpoint 20 on
-    gs://, its worker is killed with everything it started (SIGKILL: a lost VM); the tool starts
-    it again and it takes its variant back. The tool ends by pulling every experiment into the
-    user's clone (`pull --outputs`: weights too).
+    as the DVC remote, as runtime.scratch_dir and as the JAX compilation cache. Once AS_RECIPE's
+    training has checkpoint 20 on gs://, the spot VM its worker runs on is taken back: SIGTERM
+    to everything on it (its preemption notice); the worker gives its claim back. A new VM
+    joins: one more worker started by hand, in a fresh clone of its own, which takes the
+    variant and resumes it. The tool ends by pulling every experiment into the user's clone
+    (`pull --outputs`: weights too).
 
     root: the user's clone; said: the tool's output; grid_id; clones: {worker: its clone};
-    logs: {variant: its output, every attempt}; worker_logs: {worker: its whole output};
-    killed: the killed worker's name. (On one pytest worker only: SAME_WORKER.)"""
+    logs: {variant: {worker: its output there, every attempt}}; worker_logs: {worker: its
+    whole output}; preempted: the preempted worker's name; origin: the git remote; server and
+    cloud: the GCS emulator and its client environment. (On one pytest worker only: SAME_WORKER.)"""
     root = workspace("grid-user")
     bucket = "grid"
     with running(tmp_path_factory.mktemp("grid-gcs"), bucket) as server:
@@ -188,14 +191,16 @@ def wait_until(proc: subprocess.Popen, log: Path, condition, every: float = 2, t
 def run_grid(root: Path, server, bucket: str, tmp_path_factory) -> SimpleNamespace:
     """experiments' run (above), the GCS server given."""
     from test_faults import live_processes, session_pids, wait_for_session_to_end
-    from test_spot import reached
 
     cloud = client_env(server)
-    set_param(root, "runtime.scratch_dir", f"gs://{bucket}/scratch")  # a taken-over variant resumes anywhere
+    set_param(root, "runtime.scratch_dir", f"gs://{bucket}/scratch")  # a variant resumes on any machine
+    set_param(root, "runtime.keep_scratch", True)  # a finished variant's final checkpoint stays there too
+    # What one machine compiled, the next reads (JAX_LOG_COMPILES, below: JAX then logs each hit).
+    set_param(root, "runtime.compile_cache_dir", f"gs://{bucket}/jax-cache")
     set_param(root, "runtime.profile_steps", 0)  # (JAX's own GCS client cannot reach the emulator)
     set_param(root, "benchmark.limit", 2)  # (the suite's time: the benchmark's scores are not what is tested)
     set_param(root, "benchmark.prompts", ["What is 17 plus 25?"])
-    commit(root, "scratch on gs://")
+    commit(root, "scratch and compilation cache on gs://")
     origin = tmp_path_factory.mktemp("grid-git") / "project.git"
     sh(["git", "init", "-q", "--bare", "-b", "main", str(origin)], origin.parent)
     sh(["git", "remote", "add", "origin", str(origin)], root)
@@ -204,15 +209,16 @@ def run_grid(root: Path, server, bucket: str, tmp_path_factory) -> SimpleNamespa
     said_path = root.parent / "grid.log"
     with open(said_path, "w") as said:
         tool = subprocess.Popen(
-            [sys.executable, "-m", "tools.grid", *GRID, "--on", "local:2", "--heartbeat", "2", "--stale-after", "60"]
-            + ["--poll", "2"],
+            [sys.executable, "-m", "tools.grid", *GRID, "--on", "local:2", "--heartbeat", "5", "--stale-after", "60"]
+            + ["--poll", "5"],
             cwd=root,
-            env=env(**cloud),
+            env=env(**cloud, JAX_LOG_COMPILES="1"),
             stdout=said,
             stderr=subprocess.STDOUT,
         )
     grid_id = wait_until(tool, said_path, lambda: re.search(r"^grid (\w+): ", said_path.read_text(), re.M)).group(1)
     clones = {f"local-{i}": root / ".dvc" / "tmp" / "grid" / grid_id / f"local-{i}" for i in (1, 2)}
+    worker_log_paths = {w: root / ".dvc" / "tmp" / "grid" / grid_id / f"{w}.log" for w in clones}
 
     def variant_log(worker: str, variant: str) -> Path:
         return clones[worker] / ".dvc" / "tmp" / "grid-logs" / f"{variant}.log"
@@ -224,26 +230,38 @@ def run_grid(root: Path, server, bucket: str, tmp_path_factory) -> SimpleNamespa
                 return worker, found.group(1)
         return None
 
-    killed, workdir = wait_until(tool, said_path, training_it, every=1)
+    preempted, workdir = wait_until(tool, said_path, training_it, every=1)
     wait_until(tool, said_path, lambda: reached(server, 20, bucket, workdir + "/"), every=1)
-    mine = f"--grid={grid_id} --worker={killed} "  # (not another test's grid's worker of the same name)
+    mine = f"--grid={grid_id} --worker={preempted} "  # (not another test's grid's worker of the same name)
     (pid,) = [p for p, cmd in live_processes().items() if "tools.grid_worker" in cmd and mine in cmd]
     for member in session_pids(pid):  # the worker started in a session of its own: it, DVC, the stage, MaxText
-        os.kill(member, signal.SIGKILL)
+        os.kill(member, signal.SIGTERM)
     wait_for_session_to_end(pid)
+    # A new VM: nothing of the old one but the git remote and the bucket.
+    clones["vm-2"] = tmp_path_factory.mktemp("grid-vm-2") / "clone"
+    worker_log_paths["vm-2"] = clones["vm-2"].parent / "vm-2.log"
+    with open(worker_log_paths["vm-2"], "w") as out:
+        joined = subprocess.Popen(
+            [sys.executable, "-m", "tools.grid_worker", f"--grid={grid_id}", "--worker=vm-2"]
+            + [f"--dir={clones['vm-2']}", f"--remote={origin}", f"--dvc-config-local={root / '.dvc' / 'config.local'}"],
+            cwd=root,
+            env=env(**cloud, JAX_LOG_COMPILES="1"),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     assert tool.wait(timeout=2400) == 0, said_path.read_text()[-6000:]
+    assert joined.wait(timeout=600) == 0, worker_log_paths["vm-2"].read_text()[-6000:]
     sh([sys.executable, "-m", "tools.grid", "pull", grid_id, "--outputs"], root, **cloud)  # the weights too
-    logs = {
-        v: "".join(variant_log(w, v).read_text() for w in clones if variant_log(w, v).exists()) for v in EXPERIMENTS
-    }
-    worker_logs = {w: (root / ".dvc" / "tmp" / "grid" / grid_id / f"{w}.log").read_text() for w in clones}
+    logs = {v: {w: variant_log(w, v).read_text() for w in clones if variant_log(w, v).exists()} for v in EXPERIMENTS}
     return SimpleNamespace(
         root=root,
         said=said_path.read_text(),
         grid_id=grid_id,
         clones=clones,
         logs=logs,
-        worker_logs=worker_logs,
-        killed=killed,
+        worker_logs={w: path.read_text() for w, path in worker_log_paths.items()},
+        preempted=preempted,
+        origin=origin,
+        server=server,
         cloud=cloud,
     )

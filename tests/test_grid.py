@@ -1,7 +1,8 @@
 """tools/grid.py: the experiments a grid expands to, their names, their values, the stages they
 share; the board its workers share (tools/grid_board.py), against a bare git repository; and
-workers on a two-stage stand-in pipeline: a silent worker's variant taken over by another, a
-failing variant failing alone. (The real pipeline's grid on two workers, one killed:
+workers on a two-stage stand-in pipeline: a worker killed outright started again and taking its
+claim back, a silent worker's variant taken over by another, a failing variant failing alone.
+(The real pipeline's grid on two workers, one preempted and its variant resumed on a new VM:
 tests/test_experiments.py; refusing a bad grid: tests/test_grid_engines.py, test_bad_input.py.)"""
 
 import json
@@ -123,8 +124,10 @@ TOY_PIPELINE = {
 }
 
 
-@pytest.mark.slow
-def test_a_silent_workers_variant_goes_to_another_and_a_failing_one_fails_alone(tmp_path):
+def start_toy_grid(tmp_path: Path, axes: list[str], workers: int, stale_after: int) -> tuple:
+    """TOY_PIPELINE in a fresh copy of the project (a bare git remote, a local DVC remote) and
+    `python -m tools.grid AXES --on local:WORKERS` started on it, in a session of its own.
+    Returns the project, its git remote, the tool's process, the grid's id, the tool's output."""
     root = copy_project(tmp_path / "user")
     (root / "dvc.yaml").write_text(yaml.safe_dump(TOY_PIPELINE, sort_keys=False))
     commit(root, "the toy pipeline")
@@ -133,14 +136,42 @@ def test_a_silent_workers_variant_goes_to_another_and_a_failing_one_fails_alone(
     sh(["git", "remote", "add", "origin", str(origin)], root)
     sh(["dvc", "remote", "modify", "--local", "gcs", "url", str(tmp_path / "dvc-remote")], root)
     said = tmp_path / "grid.log"
-    axes = ["train.learning_rate=1e-3,5e-3", "train.steps=10,13"]
     with open(said, "w") as out:
         tool = subprocess.Popen(
-            [sys.executable, "-m", "tools.grid", *axes, "--on", "local:1", "--heartbeat", "1", "--stale-after", "6"]
-            + ["--poll", "1"],
+            [sys.executable, "-m", "tools.grid", *axes, "--on", f"local:{workers}", "--heartbeat", "1"]
+            + ["--stale-after", str(stale_after), "--poll", "1"],
             cwd=root, env=env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     grid_id = wait_for(lambda: re.search(r"^grid (\w+): ", said.read_text(), re.M), said).group(1)
+    return root, origin, tool, grid_id, said
+
+
+def worker_pid(grid_id: str, name: str) -> int:
+    mine = f"--grid={grid_id} --worker={name} "  # (not the suite's grid's worker of the same name)
+    (pid,) = [p for p, cmd in live_processes().items() if "tools.grid_worker" in cmd and mine in cmd]
+    return pid
+
+
+@pytest.mark.slow
+def test_a_worker_killed_outright_is_started_again_and_takes_its_claim_back(tmp_path):
+    root, _, tool, grid_id, said = start_toy_grid(tmp_path, ["train.learning_rate=1e-3,5e-3"], 1, stale_after=60)
+    board = Board(str(root), grid_id)
+    held = wait_for(lambda: [v for v, c in board.refresh().claims.items() if v != SHARED], said)
+    for pid in session_pids(worker_pid(grid_id, "local-1")):  # it and all it started: no claim given back
+        os.kill(pid, signal.SIGKILL)
+    assert tool.wait(timeout=120) == 0, said.read_text()[-3000:]
+    assert "grid: worker local-1 killed (signal 9); starting it again" in said.read_text()
+    log = (root / ".dvc" / "tmp" / "grid" / grid_id / "local-1.log").read_text()
+    # At once, not after stale_after: the claim is this worker's own.
+    assert f"{held[0]}: started (taken over: its own claim from before a restart" in log, log[-3000:]
+    status = sh([sys.executable, "-m", "tools.grid", "status", grid_id], root).stdout
+    assert status.count(" done on local-1") == 3, status  # the shared stage and both variants
+
+
+@pytest.mark.slow
+def test_a_silent_workers_variant_goes_to_another_and_a_failing_one_fails_alone(tmp_path):
+    axes = ["train.learning_rate=1e-3,5e-3", "train.steps=10,13"]
+    root, origin, tool, grid_id, said = start_toy_grid(tmp_path, axes, 1, stale_after=6)
     board = Board(str(root), grid_id)
     # A second worker, started by hand, in a clone of its own.
     other = subprocess.Popen(
@@ -151,9 +182,7 @@ def test_a_silent_workers_variant_goes_to_another_and_a_failing_one_fails_alone(
     # local-1 holds a variant: it, all it started, and the tool that would start it again vanish (a lost VM).
     mine = lambda: [v for v, c in board.refresh().claims.items() if c.worker == "local-1" and v != SHARED]  # noqa: E731
     held = wait_for(mine, said)
-    mine = f"--grid={grid_id} --worker=local-1 "  # (not the suite's grid's worker of the same name)
-    (worker,) = [p for p, cmd in live_processes().items() if "tools.grid_worker" in cmd and mine in cmd]
-    for pid in session_pids(tool.pid) + session_pids(worker):
+    for pid in session_pids(tool.pid) + session_pids(worker_pid(grid_id, "local-1")):
         os.kill(pid, signal.SIGKILL)
     output = other.communicate(timeout=300)[0]
     assert other.returncode == 0, output

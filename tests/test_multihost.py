@@ -13,9 +13,9 @@ import numpy as np
 import psutil
 import pytest
 from test_faults import Repro, flat_params, wait_for_session_to_end
-from test_spot import gcs_env
 
 from testkit.gcs_server import GcsServer, running
+from testkit.gcs_server import client_env as gcs_env
 from testkit.workspace import clone_workspace, commit, set_param, sh, stages_run
 
 pytestmark = pytest.mark.slow

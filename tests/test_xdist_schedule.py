@@ -21,10 +21,10 @@ def test_a_unit_is_a_file_its_group_or_a_test_of_its_own():
 
 def test_the_longest_files_come_first_the_rest_in_file_order():
     items = [
-        SimpleNamespace(nodeid=n) for n in ("tests/test_a.py::t", "tests/test_spot.py::t", "tests/test_small.py::t")
+        SimpleNamespace(nodeid=n) for n in ("tests/test_a.py::t", "tests/test_pipeline.py::t", "tests/test_small.py::t")
     ]
     xdist_schedule.pytest_collection_modifyitems(None, items)
-    assert [i.nodeid for i in items] == ["tests/test_small.py::t", "tests/test_spot.py::t", "tests/test_a.py::t"]
+    assert [i.nodeid for i in items] == ["tests/test_small.py::t", "tests/test_pipeline.py::t", "tests/test_a.py::t"]
 
 
 def test_it_schedules_loadscope_only_and_falls_back_when_xdist_changes(monkeypatch):

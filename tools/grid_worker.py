@@ -25,7 +25,8 @@ outright leaves a claim that another worker takes over once it is `stale_after` 
 checkpoints on runtime.scratch_dir (gs://: any machine finds them). SIGTERM (a spot VM's
 preemption notice, Ctrl-C) stops the variant's run and gives its claim back. A claim taken
 over while this worker was silent stops its run: one variant never trains twice at once.
-Each variant's output: <CLONE>/.dvc/tmp/grid-logs/<variant>.log (and this worker's stdout).
+Each variant's output: <CLONE>/.dvc/tmp/grid-logs/<variant>.log (and this worker's stdout);
+its stages' own logs (MaxText's, logs/*.log) of its last attempt here: <variant>/ beside it.
 """
 
 import argparse
@@ -139,6 +140,8 @@ class Worker:
         # holder; no other DVC uses this clone.
         shutil.rmtree(self.clone / ".dvc" / "tmp" / "exps", ignore_errors=True)
         (self.clone / ".dvc" / "tmp" / "rwlock").unlink(missing_ok=True)
+        # The last variant's stage logs are kept (keep_stage_logs); none of them may pass for this one's.
+        shutil.rmtree(self.clone / "logs", ignore_errors=True)
 
     def run_variant(self, variant: str, held: Mark) -> None:
         self.held, lost = held, threading.Event()
@@ -163,6 +166,7 @@ class Worker:
             self.record(variant, "done", {"worker": self.name, "seconds": round(time.time() - started)})
             print(f"grid worker {self.name}: {variant}: done in {time.time() - started:.0f} s", flush=True)
         finally:
+            self.keep_stage_logs(variant)
             lost.set()  # (ends the heartbeat)
             beat.join()
             if self.held:
@@ -171,6 +175,14 @@ class Worker:
                 except RemoteUnreachable:
                     pass  # it goes stale instead
             self.held = None
+
+    def keep_stage_logs(self, variant: str) -> None:
+        """The stages' own logs of this attempt (logs/*.log: MaxText's output, where a failure's
+        cause is) kept beside the variant's output: the next variant's run writes over them."""
+        kept = self.clone / LOGS / variant
+        for path in (self.clone / "logs").glob("*.log"):
+            kept.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, kept / path.name)
 
     def record(self, variant: str, outcome: str, info: dict) -> None:
         """The outcome on the board, through a blip of the remote; past that the claim goes
