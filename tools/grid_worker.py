@@ -166,7 +166,6 @@ class Worker:
             self.record(variant, "done", {"worker": self.name, "seconds": round(time.time() - started)})
             print(f"grid worker {self.name}: {variant}: done in {time.time() - started:.0f} s", flush=True)
         finally:
-            self.keep_stage_logs(variant)
             lost.set()  # (ends the heartbeat)
             beat.join()
             if self.held:
@@ -175,6 +174,7 @@ class Worker:
                 except RemoteUnreachable:
                     pass  # it goes stale instead
             self.held = None
+            self.keep_stage_logs(variant)
 
     def keep_stage_logs(self, variant: str) -> None:
         """The stages' own logs of this attempt (logs/*.log: MaxText's output, where a failure's
