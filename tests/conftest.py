@@ -190,7 +190,8 @@ def wait_until(proc: subprocess.Popen, log: Path, condition, every: float = 2, t
 
 def run_grid(root: Path, server, bucket: str, tmp_path_factory) -> SimpleNamespace:
     """experiments' run (above), the GCS server given."""
-    from test_faults import live_processes, session_pids, wait_for_session_to_end
+    from test_faults import session_pids, wait_for_session_to_end
+    from test_grid import worker_pid
 
     cloud = client_env(server)
     set_param(root, "runtime.scratch_dir", f"gs://{bucket}/scratch")  # a variant resumes on any machine
@@ -232,8 +233,7 @@ def run_grid(root: Path, server, bucket: str, tmp_path_factory) -> SimpleNamespa
 
     preempted, workdir = wait_until(tool, said_path, training_it, every=1)
     wait_until(tool, said_path, lambda: reached(server, 20, bucket, workdir + "/"), every=1)
-    mine = f"--grid={grid_id} --worker={preempted} "  # (not another test's grid's worker of the same name)
-    (pid,) = [p for p, cmd in live_processes().items() if "tools.grid_worker" in cmd and mine in cmd]
+    pid = worker_pid(grid_id, preempted)
     for member in session_pids(pid):  # the worker started in a session of its own: it, DVC, the stage, MaxText
         os.kill(member, signal.SIGTERM)
     wait_for_session_to_end(pid)

@@ -147,7 +147,8 @@ def start_toy_grid(tmp_path: Path, axes: list[str], workers: int, stale_after: i
 
 
 def worker_pid(grid_id: str, name: str) -> int:
-    mine = f"--grid={grid_id} --worker={name} "  # (not the suite's grid's worker of the same name)
+    """The pid of grid `grid_id`'s worker `name` (tests/conftest.py's grid uses it too)."""
+    mine = f"--grid={grid_id} --worker={name} "  # (not another grid's worker of the same name)
     (pid,) = [p for p, cmd in live_processes().items() if "tools.grid_worker" in cmd and mine in cmd]
     return pid
 
