@@ -81,7 +81,8 @@ def test_the_tutorials_values_reach_maxtext(project_4b):
 def test_a_tpu_recipe_runs_maxtext_on_the_tpu_but_compiles_and_replays_on_the_cpu(project_4b):
     p = project_4b
     assert "hardware=cpu" not in flags.train(p, "w", "m", "s").args
-    assert "skip_jax_distributed_system=true" not in flags.train(p, "w", "m", "s").args
+    # one process on one VM: no distributed runtime to start (a VM without network has no socket for it)
+    assert "skip_jax_distributed_system=true" in flags.train(p, "w", "m", "s").args
     fit = flags.fit_check(p, "/tmp/w", {"per_device_batch_size": 4})
     assert "hardware=cpu" in fit.args and "compile_topology=v6e-8" in fit.args and "per_device_batch_size=4" in fit.args
     assert fit.env["ALLOW_MULTIPLE_LIBTPU_LOAD"] == "1"
@@ -225,3 +226,42 @@ def test_a_request_crosses_to_maxtexts_process_with_its_mappings_in_order():
     request = contract.HeldOut(report="r.json", checkpoints={"z": "a"}, pairs={"sft": "s", "preference_tuned": "p"})
     again = contract.decode(contract.encode(request), contract.HeldOut)
     assert again == request and list(again.pairs) == ["sft", "preference_tuned"]
+
+
+def test_one_v5e_chip_the_remat_policy_and_the_saved_dtype_reach_maxtext(project_4b, monkeypatch):
+    """A v5litepod-1 (one chip): MaxText's train step on the chip in one process, with the
+    recipe's remat policy, which the fit check compiles too; the final parameters cast to
+    train.save_dtype by our module in MaxText's process."""
+    p = project_4b
+    p["hardware"].update(
+        kind="v5litepod-1",
+        tpu_env={**p["hardware"]["tpu_env"], "TPU_ACCELERATOR_TYPE": "v5litepod-1", "TPU_TOPOLOGY": "1x1"},
+    )
+    p["train"].update(remat_policy="minimal", save_dtype="bfloat16")
+    train = flags.train(p, "w", "m", "s")
+    assert "hardware=cpu" not in train.args and "skip_jax_distributed_system=true" in train.args
+    assert kv(train.args)["remat_policy"] == "minimal"
+    fit = kv(flags.fit_check(p, "/tmp/w", {}).args)
+    assert (fit["compile_topology"], fit["remat_policy"]) == ("v5e-1", "minimal")
+    cast = flags.cast_params(p, "out/params", "out/params.cast")
+    assert cast.module == "stages.in_maxtext.cast_params" and cast.request.dtype == "bfloat16"
+    assert os.path.isabs(cast.request.source) and cast.request.out.endswith("params.cast")
+
+
+def test_a_cpu_machine_helping_a_one_chip_run_converts_on_its_cpu(project_4b, monkeypatch):
+    """runtime.check_hardware false on a machine with no chip (the CPU side of a TPU VM's run:
+    docs/tpu-vm.md): the conversions, gates and evaluation run on this CPU; the same recipe on
+    its TPU VM (check_hardware true) keeps them on the chip."""
+    from stages.lib import hardware
+
+    p = project_4b
+    monkeypatch.setattr(hardware, "tpu_chips_present", lambda: 0)
+    p["runtime"]["check_hardware"] = False
+    for invocation in (flags.convert_in(p, "out"), flags.export_check(p, {"out": "r.json"})):
+        assert "hardware=cpu" in invocation.args and invocation.env["JAX_PLATFORMS"] == "cpu"
+    assert "hardware=cpu" not in flags.train(p, "w", "m", "s").args  # training is the chip's, always
+    p["runtime"]["check_hardware"] = True
+    assert "hardware=cpu" not in flags.convert_in(p, "out").args
+    monkeypatch.setattr(hardware, "tpu_chips_present", lambda: 8)
+    p["runtime"]["check_hardware"] = False
+    assert "hardware=cpu" not in flags.convert_in(p, "out").args  # the chips are here: used

@@ -93,11 +93,14 @@ def one_host(params: dict) -> dict:
     """Params for MaxText work that runs as one process on the machine running the stage (the
     conversions, the gates, evaluation). On a multi-host TPU slice that is worker 0's CPU, as
     the tutorial runs to_maxtext: left to its defaults, MaxText would join the slice's
-    distributed job and wait for workers that never start. Elsewhere, the recipe's hardware.
+    distributed job and wait for workers that never start. Likewise on a CPU machine that helps
+    a single-host TPU run (runtime.check_hardware false and no chip here: the stages that need
+    torch, docs/tpu-vm.md). Elsewhere, the recipe's hardware.
     (Decided by hardware.kind, which these stages declare, not hardware.hosts, which they do
     not: a TPU kind fixes its host count, params.py checks hardware.hosts agrees.)"""
     tpu = hardware.TPUS.get(params["hardware"]["kind"])
-    return placed_on_cpu(params) if tpu and tpu.hosts > 1 else params
+    helping = tpu and not params["runtime"]["check_hardware"] and hardware.tpu_chips_present() == 0
+    return placed_on_cpu(params) if tpu and (tpu.hosts > 1 or helping) else params
 
 
 def one_host_env(params: dict) -> dict[str, str]:
@@ -115,8 +118,10 @@ def common(params: dict, processes: int = 1) -> list[str]:
     ]
     if hardware.on_cpu(params):
         args += ["hardware=cpu"]
-        if processes == 1:  # a job of several CPU processes joins JAX's distributed runtime
-            args += ["skip_jax_distributed_system=true"]
+    if processes == 1 and (hardware.on_cpu(params) or hardware.hosts(params) == 1):
+        # One process has no distributed runtime to join (a job of several does). On a one-host
+        # TPU VM too: starting one needs a socket, which a VM cut off from the network refuses.
+        args += ["skip_jax_distributed_system=true"]
     return args
 
 
@@ -239,6 +244,7 @@ def _training(params: dict, staged: Staged | None = None) -> list[str]:
         "enable_data_shuffling=false",  # the train stage writes the stream already shuffled ...
         "num_epoch=1",  # ... holding every epoch (stages/lib/stream.py)
         f"init_weights_seed={t['seed']}",
+        f"remat_policy={t['remat_policy']}",
         *lora(params),
     ]
 
@@ -396,6 +402,12 @@ def count_tokens(params: dict, splits: dict[str, str]) -> Invocation:
     return Invocation("stages.in_maxtext.count_tokens", [], setup(params), request)
 
 
+def cast_params(params: dict, source: str, out: str) -> Invocation:
+    """The final parameters rounded to train.save_dtype (stages/in_maxtext/cast_params.py)."""
+    request = contract.CastParams(source=_abs(source), out=_abs(out), dtype=params["train"]["save_dtype"])
+    return Invocation("stages.in_maxtext.cast_params", [], setup(params), request)
+
+
 def merge_lora(params: dict, adapter: str, out: str) -> Invocation:
     lo = params["train"]["lora"]
     request = contract.MergeLora(
@@ -528,7 +540,7 @@ def heldout(
     )
 
 
-FIT_KEYS = ("per_device_batch_size", "gradient_accumulation_steps", "max_target_length")
+FIT_KEYS = ("per_device_batch_size", "gradient_accumulation_steps", "max_target_length", "remat_policy")
 
 
 def fit_check(params: dict, workdir: str, overrides: dict) -> Invocation:
@@ -548,6 +560,7 @@ def fit_check(params: dict, workdir: str, overrides: dict) -> Invocation:
             f"per_device_batch_size={t['per_device_batch_size']}",
             f"gradient_accumulation_steps={t['gradient_accumulation_steps']}",
             f"max_target_length={t['max_target_length']}",
+            f"remat_policy={t['remat_policy']}",
             # No TPU is used, so do not take libtpu's single-process lock: the check must work beside
             # a training run holding the TPU (or a test process that loaded libtpu).
         ],

@@ -36,6 +36,18 @@ TPUS = {
     "v6e-16": Accelerator(chips=16, hosts=4, hbm_gib_per_chip=32, peak_bf16_tflops_per_chip=918, topology="v6e-16"),
     "v6e-32": Accelerator(chips=32, hosts=8, hbm_gib_per_chip=32, peak_bf16_tflops_per_chip=918, topology="v6e-32"),
     "v6e-64": Accelerator(chips=64, hosts=16, hbm_gib_per_chip=32, peak_bf16_tflops_per_chip=918, topology="v6e-64"),
+    # Cloud TPU v5e ("v5litepod"): single-host VMs of 1, 4 or 8 chips; 197 bf16 TFLOP/s and 16 GB of
+    # HBM a chip, of which the runtime lets a program use 15.75 GiB (JAX's bytes_limit, measured on a
+    # v5e chip: docs/benchmarks.md, "On a TPU chip").
+    "v5litepod-1": Accelerator(
+        chips=1, hosts=1, hbm_gib_per_chip=15.75, peak_bf16_tflops_per_chip=197, topology="v5e-1"
+    ),
+    "v5litepod-4": Accelerator(
+        chips=4, hosts=1, hbm_gib_per_chip=15.75, peak_bf16_tflops_per_chip=197, topology="v5e-4"
+    ),
+    "v5litepod-8": Accelerator(
+        chips=8, hosts=1, hbm_gib_per_chip=15.75, peak_bf16_tflops_per_chip=197, topology="v5e-8"
+    ),
     "v5p-16": Accelerator(chips=8, hosts=2, hbm_gib_per_chip=95, peak_bf16_tflops_per_chip=459, topology="v5p-16"),
     "v5p-32": Accelerator(chips=16, hosts=4, hbm_gib_per_chip=95, peak_bf16_tflops_per_chip=459, topology="v5p-32"),
 }
