@@ -44,6 +44,7 @@ the order it is used:
 """
 
 import os
+import shutil
 
 from stages.lib import flags, long_rows, maxtext_process, outputs, paths, train_data, training, workdir
 from stages.lib.cli import run
@@ -76,12 +77,17 @@ class Train(training.TrainingStage):
         return train_data.streams_from(params, work, step, self.rows)
 
     def publish(self, params: dict, work: workdir.Workdir, final: str, out: str) -> None:
-        """The final parameters (LoRA: the adapter, then merged into full parameters)."""
+        """The final parameters (LoRA: the adapter, then merged into full parameters), in
+        train.save_dtype."""
+        full = os.path.join(out, "params")
         trained = os.path.join(out, "lora" if flags.lora_enabled(params) else "params")
         work.fetch(final, trained)
         if flags.lora_enabled(params):
-            job = flags.merge_lora(params, trained, os.path.join(out, "params"))
-            maxtext_process.run("train.merge", job, params)
+            maxtext_process.run("train.merge", flags.merge_lora(params, trained, full), params)
+        if params.train.save_dtype != "float32":
+            maxtext_process.run("train.cast", flags.cast_params(params, full, full + ".cast"), params)
+            shutil.rmtree(full)
+            os.replace(full + ".cast", full)
 
     def after(self, params: dict, work: workdir.Workdir) -> None:
         """MaxText's trace (runtime.profile_steps) where a user looks: logs/profile/, never a DVC

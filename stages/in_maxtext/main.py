@@ -180,7 +180,26 @@ def main() -> None:
     # data (they import the parent's __main__) start in ~10 s instead of ~25 s: they do not
     # import the whole trainer. (The config file is passed explicitly: MaxText need not
     # infer it from sys.argv[0].)
-    runpy.run_module(ours.module, run_name="__main__", alter_sys=False)
+    try:
+        runpy.run_module(ours.module, run_name="__main__", alter_sys=False)
+    finally:  # absl's app.run ends MaxText's entry points with SystemExit
+        report_peak_memory()
+
+
+def report_peak_memory() -> None:
+    """The accelerator's peak memory over the run, which MaxText does not log (it logs what
+    the parameters hold after their initialisation): one line per device kind, for the fit
+    check's prediction to be held against (docs/benchmarks.md, "On a TPU chip")."""
+    import jax
+
+    try:
+        stats = [d.memory_stats() or {} for d in jax.local_devices()]
+    except Exception:  # noqa: BLE001 (a backend without the figure: nothing to say)
+        return
+    peaks = [s["peak_bytes_in_use"] for s in stats if "peak_bytes_in_use" in s]
+    if peaks:
+        limit = max(s.get("bytes_limit", 0) for s in stats)
+        print(f"peak device memory: {max(peaks) / 2**30:.2f} GiB of {limit / 2**30:.2f} GiB", flush=True)
 
 
 def validate(module: str, maxtext_flags: list[str]) -> None:

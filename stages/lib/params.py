@@ -70,6 +70,17 @@ HfRepo = Str(r"[\w.-]+/[\w.-]+", "a Hugging Face repo id like owner/name", nulla
 # A tag or branch can move under you; a commit hash cannot. Hub sources must name one.
 Revision = Str(r"[0-9a-f]{40}", "a 40-character commit hash (a branch or tag can change under you)", nullable=True)
 Dtype = Choice("bfloat16", "float32")
+# MaxText 0.2.5's remat policies for a dense model (configs/base.yml), least memory first.
+REMAT_POLICIES = (
+    "full",
+    "save_qkv_proj",
+    "save_out_proj",
+    "save_dot_except_mlpwi",
+    "save_dot_except_mlp",
+    "save_dot_with_context_except_mlp",
+    "minimal",
+    "minimal_with_context",
+)
 
 
 class Section(BaseModel):
@@ -274,6 +285,12 @@ class TrainParams(Section):
     checkpoint_period: Int(1, doc="steps between checkpoints: what a preemption can lose at most")
     eval_interval: Int(0, doc="held-out loss every N steps; 0: never")
     seed: Int(0, doc="data order and initialisation of new weights")
+    remat_policy: Choice(
+        *REMAT_POLICIES,
+        doc="what the backward pass recomputes rather than keeps in HBM (MaxText's remat_policy): full "
+        "recomputes every layer (least memory); minimal keeps every matmul's output (least compute)",
+    )
+    save_dtype: Dtype  # the final parameters in models/sft-maxtext (checkpoints stay float32)
     lora: LoraParams
 
 

@@ -7,6 +7,7 @@ import importlib.metadata
 import json
 import math
 import os
+import struct
 from types import SimpleNamespace
 
 from stages.shared.errors import UserError
@@ -38,25 +39,32 @@ def tensor_files(model_dir: str) -> dict[str, str]:
             return {k: os.path.join(model_dir, v) for k, v in json.load(f)["weight_map"].items()}
     single = os.path.join(model_dir, "model.safetensors")
     if os.path.exists(single):
-        from safetensors import safe_open
-
-        with safe_open(single, framework="np") as f:
-            return dict.fromkeys(f.keys(), single)
+        return dict.fromkeys(safetensors_header(single), single)
     raise CheckpointError(f"{model_dir}: no model.safetensors.index.json or model.safetensors; is it a HF checkpoint?")
+
+
+def safetensors_header(path: str) -> dict[str, dict]:
+    """Tensor name -> {dtype, shape, data_offsets} from a safetensors file's header: its first 8
+    bytes (the header's length) and the JSON after them. Nothing else of the file is read."""
+    try:
+        with open(path, "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(length))
+    except (OSError, struct.error, ValueError) as e:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({e}); re-run the base_model stage") from None
+    header.pop("__metadata__", None)
+    return header
 
 
 def parameter_count(model_dir: str) -> int:
     """Number of weights in a safetensors checkpoint (from the file headers, nothing loaded)."""
-    from safetensors import safe_open
-
     total = 0
     for path in sorted(set(tensor_files(model_dir).values())):
         if not os.path.exists(path):
             raise CheckpointError(
                 f"{path}: missing (named by model.safetensors.index.json); re-run the base_model stage"
             )
-        with safe_open(path, framework="np") as f:
-            total += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+        total += sum(math.prod(t["shape"]) for t in safetensors_header(path).values())
     return total
 
 

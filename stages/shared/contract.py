@@ -111,6 +111,15 @@ class CountTokens:
 
 
 @dataclass(frozen=True)
+class CastParams:
+    """cast_params: a parameter checkpoint written again in another dtype."""
+
+    source: str
+    out: str
+    dtype: str
+
+
+@dataclass(frozen=True)
 class MergeLora:
     """merge_lora: the adapter merged into full parameters."""
 
