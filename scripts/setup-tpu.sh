@@ -7,8 +7,13 @@
 # re-installs only when a lock changed.
 #
 #   scripts/setup-tpu.sh
+#   scripts/setup-tpu.sh --offline BUNDLE   # a VM with no network: the bundle tools/tpu_bundle.py built
+#                                           # elsewhere (docs/tpu-vm.md, "the offline install")
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--offline" ]; then
+  exec python3 -m tools.tpu_bundle install "${2:?usage: scripts/setup-tpu.sh --offline BUNDLE_DIR}"
+fi
 UV_VERSION=0.13.9
 find_uv() { command -v uv || { [ -x "$HOME/.local/bin/uv" ] && echo "$HOME/.local/bin/uv"; } || true; }
 if [ ! -x .venv/bin/python ]; then
