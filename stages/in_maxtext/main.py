@@ -188,8 +188,9 @@ def main() -> None:
 
 def report_peak_memory() -> None:
     """The accelerator's peak memory over the run, which MaxText does not log (it logs what
-    the parameters hold after their initialisation): one line per device kind, for the fit
-    check's prediction to be held against (docs/benchmarks.md, "On a TPU chip")."""
+    the parameters hold after their initialisation): one line, the largest device's, for the
+    fit check's prediction to be held against (docs/benchmarks.md, "On a TPU chip"). Nothing
+    on a CPU, whose devices keep no such figure."""
     import jax
 
     try:

@@ -290,7 +290,12 @@ class TrainParams(Section):
         doc="what the backward pass recomputes rather than keeps in HBM (MaxText's remat_policy): full "
         "recomputes every layer (least memory); minimal keeps every matmul's output (least compute)",
     )
-    save_dtype: Dtype  # the final parameters in models/sft-maxtext (checkpoints stay float32)
+    save_dtype: Choice(
+        "bfloat16",
+        "float32",
+        doc="the final parameters in models/sft-maxtext (training and its checkpoints stay float32); "
+        "bfloat16 halves them and loses nothing a bfloat16 export keeps",
+    )
     lora: LoraParams
 
 
