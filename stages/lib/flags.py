@@ -118,9 +118,11 @@ def common(params: dict, processes: int = 1) -> list[str]:
     ]
     if hardware.on_cpu(params):
         args += ["hardware=cpu"]
-    if processes == 1 and (hardware.on_cpu(params) or hardware.hosts(params) == 1):
+    tpu = hardware.TPUS.get(params["hardware"]["kind"])
+    if processes == 1 and (tpu is None or tpu.hosts == 1):
         # One process has no distributed runtime to join (a job of several does). On a one-host
         # TPU VM too: starting one needs a socket, which a VM cut off from the network refuses.
+        # (Decided by hardware.kind, which every stage declares, as one_host is.)
         args += ["skip_jax_distributed_system=true"]
     return args
 
