@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 from stages.in_maxtext import logit_check  # noqa: E402
 from stages.lib import flags, paths  # noqa: E402
 from stages.lib.params import load  # noqa: E402
+from stages.shared.prompts import fixed_prompts  # noqa: E402
 
 
 def main() -> None:
@@ -31,7 +32,7 @@ def main() -> None:
     params = load()
     args = flags.conversion_check(params, paths.BASE_MAXTEXT, "unused").args
     maxtext_args = args[args.index("--") + 1 :]
-    _, prompts = logit_check.fixed_prompts(paths.BASE_HF)
+    _, prompts = fixed_prompts(paths.BASE_HF)
     lengths = [len(p) for p in prompts]
     devices = jax.device_count()
     padded = ([[i] for i in range(len(prompts))] + [[]] * (-len(prompts) % devices), max(lengths))

@@ -33,6 +33,7 @@ from stages.in_maxtext import logit_check  # noqa: E402
 from stages.lib import flags, paths  # noqa: E402
 from stages.lib.params import load  # noqa: E402
 from stages.shared import logits  # noqa: E402
+from stages.shared.prompts import prompt_token_ids  # noqa: E402
 
 
 def kl_rows(reference: list[np.ndarray], candidate: list[np.ndarray]) -> tuple[float, float, tuple[int, int]]:
@@ -91,7 +92,7 @@ def main() -> None:
     tokenizer = transformers.AutoTokenizer.from_pretrained(paths.BASE_HF)
     config = transformers.AutoConfig.from_pretrained(paths.BASE_HF)
     text = getattr(config, "text_config", config)
-    prompts = logit_check.prompt_token_ids(tokenizer, text.sliding_window or 64)
+    prompts = prompt_token_ids(tokenizer, text.sliding_window or 64)
     if "--layers" in sys.argv:
         return localise(maxtext_args, prompts)
 

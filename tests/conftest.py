@@ -143,7 +143,10 @@ def small_run(workspace, tmp_path_factory) -> SimpleNamespace:
     (~13 GB each) never run at once. Read-only for tests: clone it to change it."""
 
     def build() -> dict:
-        run = run_pipeline(workspace("small-run", recipe="small"))
+        root = workspace("small-run", recipe="small")
+        set_param(root, "gguf.types", ["q8_0"])  # (the suite's time: f16 is checked on the tiny models)
+        commit(root, "one GGUF type")
+        run = run_pipeline(root)
         return {"path": str(run.path), "output": run.output, "seconds": run.seconds}
 
     run = built_once(tmp_path_factory, "small-run", build)
@@ -201,6 +204,7 @@ def run_grid(root: Path, server, bucket: str, tmp_path_factory) -> SimpleNamespa
     set_param(root, "runtime.profile_steps", 0)  # (JAX's own GCS client cannot reach the emulator)
     set_param(root, "benchmark.limit", 2)  # (the suite's time: the benchmark's scores are not what is tested)
     set_param(root, "benchmark.prompts", ["What is 17 plus 25?"])
+    set_param(root, "gguf.types", [])  # (no experiment test reads a GGUF: tiny_run and the families check them)
     commit(root, "scratch and compilation cache on gs://")
     origin = tmp_path_factory.mktemp("grid-git") / "project.git"
     sh(["git", "init", "-q", "--bare", "-b", "main", str(origin)], origin.parent)

@@ -76,7 +76,7 @@ def test_a_train_param_reruns_train_and_what_follows(experiments):
     # (preference, off, runs too: its input, the SFT model, changed; it writes its same note.)
     for name in EXPERIMENTS:
         ran = sorted(stages_run(finished_run(experiments, name)))
-        assert ran == ["benchmark", "convert_out", "evaluate", "preference", "train"], (
+        assert ran == ["benchmark", "convert_out", "evaluate", "export_gguf", "preference", "train"], (
             name,
             experiments.logs[name][-2000:],
         )

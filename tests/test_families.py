@@ -312,6 +312,24 @@ def test_tiny_family_runs_the_whole_pipeline(workspace, recipe):
     generations = (root / "eval" / "generations.md").read_text()
     assert generations.count("What is 17 plus 25?") >= 1
     assert "done in" in proc.stdout
+    assert_gguf_round_trip(root)
+
+
+def assert_gguf_round_trip(root) -> None:
+    """export_gguf's files, each read back by transformers within its type's limits (the
+    stage checked them; here the figures it recorded are held to the recipe's limits), the
+    Modelfile naming the first."""
+    limits = yaml.safe_load((root / "params.yaml").read_text())["gguf"]
+    checked = json.loads((root / "metrics" / "gguf_check.json").read_text())
+    assert list(checked) == limits["types"] and limits["types"], checked
+    for kind, figures in checked.items():
+        assert figures["passed"] and figures["kl_max"] <= limits["check"][kind]["max_kl"], (kind, figures)
+        assert (root / "models" / "gguf" / figures["file"]).stat().st_size == figures["bytes"]
+    assert (
+        (root / "models" / "gguf" / "Modelfile")
+        .read_text()
+        .startswith(f"FROM ./{checked[limits['types'][0]]['file']}\n")
+    )
 
 
 # The config transformers builds from the small recipe's GGUF (google/gemma-3-270m, Q4_K_M),

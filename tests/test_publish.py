@@ -98,6 +98,18 @@ def test_publish_uploads_the_export_with_a_card_that_traces_it(hub, tiny_run, tm
     md5 = next(o["md5"] for o in lock["stages"]["convert_out"]["outs"] if o["path"] == "models/sft-hf")
     assert f"pipeline commit: `{git_head}`\n" in card and f"DVC hash `{md5}`" in card
 
+    # With --gguf, the checked GGUF files too, at the root, and their figures in the card.
+    with_gguf = publish(hub, root, tmp_path / "hf-home", REPO_ID, "--gguf")
+    assert with_gguf.returncode == 0, with_gguf.stderr
+    snapshot_download(REPO_ID, endpoint=hub.endpoint, token=CANARY_TOKEN, local_dir=got, cache_dir=tmp_path / "cache")
+    checked = json.loads((root / "metrics" / "gguf_check.json").read_text())
+    for figures in checked.values():
+        assert sha256s(got)[figures["file"]] == sha256s(root / "models" / "gguf")[figures["file"]]
+        assert (
+            f"| {figures['file']} | {figures['bytes'] / 1e6:.1f} | {figures['kl_max']:.3g} |"
+            in (got / "README.md").read_text()
+        )
+
     # The token: in no argv (sampled while both commands ran), no output, no file on the Hub.
     assert any("tools.publish" in c for c in watch.seen_commands) and watch.leaks == []
     assert CANARY_TOKEN not in first.stdout + first.stderr + again.stdout + again.stderr

@@ -167,6 +167,13 @@ def test_a_serving_host_gets_a_version_without_a_clone(producer, origin, gcs, tm
         host,
     )
     assert file_hashes(host, "latest") == file_hashes(producer, "models/sft-hf")
+    # The GGUF files are an artifact too: what `ollama create` needs, without a clone.
+    dvc(
+        ["artifacts", "get", str(origin), "gguf", "-o", "gguf", "--remote-config", f"url=gs://{BUCKET}/dvc"]
+        + [f"endpointurl={gcs.url}", "allow_anonymous_login=true"],
+        host,
+    )
+    assert file_hashes(host, "gguf") == file_hashes(producer, "models/gguf") and (host / "gguf" / "Modelfile").exists()
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +191,9 @@ def small_shards(producer) -> SimpleNamespace:
 def test_a_convert_out_param_reruns_convert_out_and_what_reads_the_export_only(small_shards):
     # (A train.* change re-runs train and what follows: tests/test_experiments.py. evaluate
     # reads the MaxText checkpoints, not the export: it stays.)
-    assert sorted(stages_run(small_shards.output)) == ["benchmark", "convert_out"], small_shards.output[-2000:]
+    assert sorted(stages_run(small_shards.output)) == ["benchmark", "convert_out", "export_gguf"], small_shards.output[
+        -2000:
+    ]
     assert small_shards.shards_after > small_shards.shards_before
 
 
@@ -205,7 +214,7 @@ def test_fresh_clone_never_retrains_what_was_trained_elsewhere(producer, small_s
     set_param(consumer, "convert_out.shard_size_mb", 1)
     proc = dvc(["repro", "--pull", "--allow-missing"], consumer)
     ran = stages_run(proc.stdout)
-    assert "train" not in ran and set(ran) <= {"convert_out", "benchmark"}, proc.stdout[-2000:]
+    assert "train" not in ran and set(ran) <= {"convert_out", "export_gguf", "benchmark"}, proc.stdout[-2000:]
     assert file_hashes(consumer, "models/sft-hf") == file_hashes(
         producer, "models/sft-hf"
     )  # the same export, made again

@@ -11,6 +11,7 @@ import signal
 
 import golden
 import pytest
+from test_families import assert_gguf_round_trip
 
 from stages.lib.dvc_yaml import stage_names
 from testkit.workspace import REPO, clone_workspace, set_param, stages_run, train_losses
@@ -56,6 +57,10 @@ def test_both_gates_pass_on_real_weights(small_run):
     export = json.loads((small_run.path / "metrics" / "export_check.json").read_text())["export"]
     assert conversion["passed"] and conversion["top1_agreement"] == 1.0, conversion
     assert export["passed"], export
+
+
+def test_the_real_model_exports_a_gguf_that_reads_back_as_the_export(small_run):
+    assert_gguf_round_trip(small_run.path)
 
 
 def test_the_held_out_loss_is_a_real_models_and_falls(small_run):

@@ -2,6 +2,7 @@
 
     python -m tools.publish OWNER/NAME            # a private repository (created if missing)
     python -m tools.publish OWNER/NAME --public   # a public one
+    python -m tools.publish OWNER/NAME --gguf     # the GGUF files (models/gguf) too, beside the export
 
 The card (README.md in the repository, written here from the run's own records) names the
 base model and revision, the dataset, its revision and row counts, every param that shaped
@@ -12,7 +13,10 @@ made it. Publishing an export that is already there, card included, makes no new
 The token is huggingface_hub's own (HF_TOKEN or `hf auth login`); it is never a param,
 never on a command line, never written. Refused, with one line, before anything is sent:
 no token, a read-only token, a repository in a namespace the token's user does not own,
-an export that did not pass its check (or was never made).
+an export that did not pass its check (or was never made), and with --gguf, GGUF files that
+did not pass theirs. The GGUF files go to the repository's root, where llama.cpp
+(`llama-cli -hf OWNER/NAME:Q8_0`), Ollama (`ollama run hf.co/OWNER/NAME:Q8_0`) and LM Studio
+find them by their type.
 """
 
 import argparse
@@ -30,6 +34,7 @@ from stages.shared.errors import StageFailed, UserError
 
 CARD = "README.md"
 EXPORT_CHECK = os.path.join("metrics", "export_check.json")
+GGUF_CHECK = os.path.join("metrics", "gguf_check.json")
 SHAPING = (
     "base_model",
     "dataset",
@@ -50,6 +55,35 @@ def check_export() -> dict:
     if not report.get("export", {}).get("passed"):
         raise UserError(f"{paths.SFT_HF} did not pass its export check ({EXPORT_CHECK}); it is not published")
     return report["export"]
+
+
+def check_gguf() -> dict:
+    """export_gguf's figures per type, refusing in one line files that are missing or failed."""
+    report = outputs.read_json(GGUF_CHECK) or {}
+    missing = [f["file"] for f in report.values() if not os.path.isfile(os.path.join(paths.GGUF, f["file"]))]
+    if not report or missing:
+        raise UserError(
+            f"{paths.GGUF}: no checked GGUF files here; set gguf.types and run `dvc repro export_gguf` first"
+        )
+    failed = [kind for kind, f in report.items() if not f["passed"]]
+    if failed:
+        raise UserError(f"{paths.GGUF}: {', '.join(failed)} did not pass the GGUF check ({GGUF_CHECK}); not published")
+    return report
+
+
+def gguf_section(report: dict) -> list[str]:
+    """The card's GGUF section: each file, its size and its check against this export."""
+    lines = [
+        "## GGUF",
+        "",
+        "For llama.cpp, Ollama and LM Studio (`ollama run hf.co/<this repository>:Q8_0`). Each file,",
+    ]
+    lines += ["read back by transformers' GGUF reader, against this export on the same fixed prompts:", ""]
+    lines += ["| file | MB | max KL | mean KL | top-1 agreement |", "|---|---|---|---|---|"]
+    for f in report.values():
+        figures = f"{f['kl_max']:.3g} | {f['kl_mean']:.3g} | {f['top1_agreement']:.4f}"
+        lines.append(f"| {f['file']} | {f['bytes'] / 1e6:.1f} | {figures} |")
+    return lines + [""]
 
 
 def check_token(api, repo_id: str) -> str:
@@ -100,7 +134,7 @@ def provenance() -> dict:
     return {"git_commit": commit or None, "committed": clean, "dvc_md5": md5}
 
 
-def model_card(params: dict, check: dict, repo_id: str) -> str:
+def model_card(params: dict, check: dict, repo_id: str, gguf: dict | None = None) -> str:
     b, d = params["base_model"], params["dataset"]
     counts = outputs.read_json(os.path.join("metrics", "dataset.json")) or {}
     train, held_out = counts.get("train", {}), counts.get("eval", {})
@@ -179,6 +213,7 @@ def model_card(params: dict, check: dict, repo_id: str) -> str:
             else ""
         ),
         "",
+        *(gguf_section(gguf) if gguf else []),
         "## Training params",
         "",
         "Every param that shaped these weights (the pipeline's params.yaml):",
@@ -195,6 +230,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m tools.publish")
     parser.add_argument("repo_id", help="OWNER/NAME on the Hub")
     parser.add_argument("--public", action="store_true", help="make a new repository public (default: private)")
+    parser.add_argument("--gguf", action="store_true", help="upload the checked GGUF files (models/gguf) too")
     args = parser.parse_args()
     if args.repo_id.count("/") != 1 or not all(args.repo_id.split("/")):
         raise UserError(f"{args.repo_id!r}: expected a repository id like OWNER/NAME")
@@ -203,6 +239,7 @@ def main() -> None:
 
     params = load()
     check = check_export()
+    gguf = check_gguf() if args.gguf else None
     api = huggingface_hub.HfApi()
     user = check_token(api, args.repo_id)
     files = {
@@ -210,7 +247,9 @@ def main() -> None:
         for e in sorted(os.listdir(paths.SFT_HF))
         if os.path.isfile(os.path.join(paths.SFT_HF, e))
     }
-    files[CARD] = model_card(params, check, args.repo_id).encode()
+    for f in (gguf or {}).values():
+        files[f["file"]] = os.path.join(paths.GGUF, f["file"])
+    files[CARD] = model_card(params, check, args.repo_id, gguf).encode()
     try:
         api.create_repo(args.repo_id, private=not args.public, exist_ok=True)
         info = api.repo_info(args.repo_id)  # an existing repository keeps its visibility

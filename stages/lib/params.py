@@ -317,6 +317,27 @@ class ConvertOutParams(Section):
     check: ExportCheckParams
 
 
+GGUF_TYPES = ("f16", "bf16", "q8_0")  # what the gguf package writes (stages/lib/gguf_export.py)
+
+
+class GgufChecks(Section):
+    """The GGUF check's limits, per type: each type's rounding has its own floor."""
+
+    f16: ExportCheckParams
+    bf16: ExportCheckParams
+    q8_0: ExportCheckParams
+
+
+class GgufParams(Section):
+    types: _leaf(
+        list[Literal[GGUF_TYPES]],
+        "a list of " + ", ".join(GGUF_TYPES) + " (empty: no GGUF)",
+        False,
+        "the GGUF files export_gguf writes, one per type; the first is the one the Ollama Modelfile runs",
+    )
+    check: GgufChecks  # each file read back by transformers' GGUF reader against the HF export
+
+
 class BenchmarkTask(Section):
     name: Str(
         r"[\w.-]+",
@@ -498,6 +519,7 @@ class Params(Section):
     convert_in: ConvertInParams
     train: TrainParams
     convert_out: ConvertOutParams
+    gguf: GgufParams
     benchmark: BenchmarkParams
     preference: PreferenceParams
     hardware: HardwareParams

@@ -22,6 +22,7 @@ SFT_MAXTEXT = os.path.join("models", "sft-maxtext")  # train:
 SFT_PARAMS = os.path.join(SFT_MAXTEXT, "params")  # ... the final full parameters (Orbax)
 SFT_LORA = os.path.join(SFT_MAXTEXT, "lora")  # ... and, for LoRA runs, the adapter they came from
 SFT_HF = os.path.join("models", "sft-hf")  # convert_out: the checked HF export
+GGUF = os.path.join("models", "gguf")  # export_gguf: the export as llama.cpp GGUF files, and a Modelfile
 PREFERENCE_DATA = os.path.join("data", "preference")  # preference_data: train.jsonl, eval.jsonl (train_dpo's texts)
 PREFERENCE_MAXTEXT = os.path.join("models", "preference-maxtext")  # preference: the preference-tuned model
 PREFERENCE_PARAMS = os.path.join(PREFERENCE_MAXTEXT, "params")  # ... its parameters (Orbax), when it is on

@@ -57,7 +57,9 @@ HUB_PREFIX = LAYOUTS["hub"]
 ATTENTION_PATTERN = ["sliding_attention"] * 5 + ["full_attention"]
 
 MODEL_TYPE = "gemma3_text"  # of text_config (or of the whole config, for a text-only checkpoint)
-GGUF_ARCHITECTURE = "gemma3"  # general.architecture of a llama.cpp GGUF of it (base_model.source gguf)
+GGUF_ARCHITECTURE = "gemma3"  # general.architecture of a llama.cpp GGUF of it (base_model.source gguf, export_gguf)
+GGUF_TOKENIZER = ("llama", None)  # SentencePiece, as llama.cpp reads it
+GGUF_CONTROL = ("<start_of_turn>", "<end_of_turn>")  # control tokens in a GGUF, as Google's tokenizer marks them
 CONFIG_FIELDS = (
     "tie_word_embeddings",
     "hidden_activation",
@@ -328,3 +330,40 @@ def write_tokenizer(out_dir: str) -> None:
     for name, content in _tokenizer_files().items():
         with open(os.path.join(out_dir, name), "wb") as f:
             f.write(content)
+
+
+def gguf_tensor(name: str, value, config):
+    """A language-model tensor as llama.cpp's Gemma 3 holds it: its RMS norms multiply by w
+    where transformers' multiply by 1 + w, so the GGUF stores 1 + w (llama.cpp's converter
+    does the same; transformers' GGUF reader subtracts the 1 again)."""
+    return value + 1 if name.endswith("norm.weight") else value
+
+
+def gguf_metadata(writer, config) -> dict:
+    """Gemma 3's keys beyond the common ones: its global layers' RoPE base and scaling, the
+    local layers' window (llama.cpp knows the 5-local-1-global pattern and the local base
+    of 10,000 by the architecture). No extra tensors."""
+    import gguf
+
+    full = config.rope_parameters["full_attention"]
+    writer.add_rope_freq_base(float(full["rope_theta"]))
+    if full.get("rope_type", "default") == "linear":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(float(full["factor"]))
+    writer.add_sliding_window(config.sliding_window)
+    return {}
+
+
+# Ollama's template for Gemma 3 (Go text/template): each turn between <start_of_turn> and
+# <end_of_turn>, a system prompt folded into the first user turn, as the Jinja template does.
+OLLAMA_TEMPLATE = """{{- range $i, $_ := .Messages }}
+{{- $last := eq (len (slice $.Messages $i)) 1 }}
+{{- if or (eq .Role "user") (eq .Role "system") }}<start_of_turn>user
+{{ .Content }}<end_of_turn>
+{{ if $last }}<start_of_turn>model
+{{ end }}
+{{- else if eq .Role "assistant" }}<start_of_turn>model
+{{ .Content }}{{ if not $last }}<end_of_turn>
+{{ end }}
+{{- end }}
+{{- end }}"""

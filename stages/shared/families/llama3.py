@@ -38,6 +38,8 @@ TINY = (
 LAYOUTS = {"transformers": {"language_model": "model.", "lm_head": "lm_head."}}
 
 MODEL_TYPE = "llama"
+GGUF_ARCHITECTURE = "llama"  # general.architecture of its llama.cpp GGUF
+GGUF_TOKENIZER = ("gpt2", "llama-bpe")  # byte-level BPE, with Llama 3's pre-tokenizer
 CONFIG_FIELDS = (
     "hidden_act",
     "attention_bias",
@@ -184,3 +186,59 @@ def _tokenizer_files() -> dict[str, bytes]:
     with tempfile.TemporaryDirectory() as out:
         tokenizer.save_pretrained(out)
         return {name: open(os.path.join(out, name), "rb").read() for name in sorted(os.listdir(out))}
+
+
+def _rotary_order(w, heads: int):
+    """q or k rows reordered as llama.cpp's converter does (`LlamaModel.permute`): within each
+    head, the two rotary halves interleaved, the order llama.cpp's RoPE kernel pairs them in."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def gguf_tensor(name: str, value, config):
+    if name.endswith("self_attn.q_proj.weight"):
+        return _rotary_order(value, config.num_attention_heads)
+    if name.endswith("self_attn.k_proj.weight"):
+        return _rotary_order(value, config.num_key_value_heads)
+    return value
+
+
+def gguf_metadata(writer, config) -> dict:
+    """Llama 3's RoPE: its base, the rotary dimension, and the llama3 scaling as llama.cpp
+    takes it: one factor per rotary frequency in the tensor rope_freqs.weight (what
+    convert_hf_to_gguf.py computes from rope_scaling)."""
+    import math
+
+    import numpy as np
+
+    rope = config.rope_parameters
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    writer.add_rope_freq_base(float(rope["rope_theta"]))
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_vocab_size(config.vocab_size)
+    if rope.get("rope_type") != "llama3":
+        return {}
+    freqs = 1.0 / (rope["rope_theta"] ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    old = rope["original_max_position_embeddings"]
+    low, high, factor = rope["low_freq_factor"], rope["high_freq_factor"], rope["factor"]
+    factors = []
+    for freq in freqs:
+        wavelength = 2 * math.pi / freq
+        if wavelength < old / high:
+            factors.append(1.0)
+        elif wavelength > old / low:
+            factors.append(factor)
+        else:
+            smooth = (old / wavelength - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return {"rope_freqs.weight": np.asarray(factors, dtype=np.float32)}
+
+
+# Ollama's template for Llama 3 (Go text/template): Meta's headers and <|eot_id|>.
+OLLAMA_TEMPLATE = """{{- range $i, $_ := .Messages }}
+{{- $last := eq (len (slice $.Messages $i)) 1 }}<|start_header_id|>{{ .Role }}<|end_header_id|>
+
+{{ .Content }}<|eot_id|>
+{{- if and $last (ne .Role "assistant") }}<|start_header_id|>assistant<|end_header_id|>
+
+{{ end }}
+{{- end }}"""

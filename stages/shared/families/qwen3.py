@@ -35,6 +35,8 @@ TINY = (
 LAYOUTS = {"transformers": {"language_model": "model.", "lm_head": "lm_head."}}
 
 MODEL_TYPE = "qwen3"  # dense; Qwen 3 MoE (qwen3_moe) is another MaxText block
+GGUF_ARCHITECTURE = "qwen3"  # general.architecture of its llama.cpp GGUF
+GGUF_TOKENIZER = ("gpt2", "qwen2")  # byte-level BPE, with the Qwen 2/3 pre-tokenizer
 CONFIG_FIELDS = (
     "hidden_act",
     "attention_bias",
@@ -115,3 +117,22 @@ def build_tiny(out_dir: str, seed: int) -> None:
     source = tiny.maxtext_asset("assets", "tokenizers", "qwen3-tokenizer")
     for name in sorted(os.listdir(source)):
         shutil.copyfile(os.path.join(source, name), os.path.join(out_dir, name))
+
+
+def gguf_tensor(name: str, value, config):
+    """llama.cpp's Qwen 3 computes as transformers does: every tensor as it is."""
+    return value
+
+
+def gguf_metadata(writer, config) -> dict:
+    writer.add_rope_freq_base(float(config.rope_parameters["rope_theta"]))
+    return {}
+
+
+# Ollama's template for Qwen 3 (Go text/template): ChatML, <|im_start|> and <|im_end|>.
+OLLAMA_TEMPLATE = """{{- range $i, $_ := .Messages }}
+{{- $last := eq (len (slice $.Messages $i)) 1 }}<|im_start|>{{ .Role }}
+{{ .Content }}<|im_end|>
+{{ if and $last (ne .Role "assistant") }}<|im_start|>assistant
+{{ end }}
+{{- end }}"""

@@ -1,0 +1,164 @@
+"""The GGUF export (stages/export_gguf.py, stages/lib/gguf_export.py): files that transformers'
+own GGUF reader reads back to what the HF export computes, and broken files refused.
+
+The broken files are real GGUF files written by the stage's writer, then damaged where a
+converter goes wrong: two attention heads swapped, a norm stored as transformers holds it
+(without llama.cpp's 1 + w), Llama's q/k rows not in llama.cpp's rotary order, a metadata
+value changed, a file cut short. Each must fail the check under the loosest limits of any
+type (q8_0's)."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import yaml
+from test_families import assert_gguf_round_trip
+
+from stages import export_gguf
+from stages.lib import gguf_export
+from stages.shared import families
+from stages.shared.errors import StageFailed
+from testkit.workspace import REPO, set_param, sh
+
+pytestmark = pytest.mark.slow
+LIMITS = yaml.safe_load((REPO / "params.yaml").read_text())["gguf"]["check"]
+
+
+class Export:
+    """A tiny HF checkpoint as export_gguf sees models/sft-hf: its language model, tensors,
+    fixed prompts and reference logits."""
+
+    def __init__(self, directory, model_name: str):
+        import torch
+
+        from stages.shared.prompts import fixed_prompts
+
+        self.dir, self.model_name = str(directory), model_name
+        self.model = families.language_model(self.dir, model_name, torch.float32)
+        self.tensors = {k: v.numpy().copy() for k, v in self.model.state_dict().items()}
+        _, self.prompts = fixed_prompts(self.dir)
+        with torch.no_grad():
+            self.reference = [self.model(input_ids=torch.tensor([p])).logits[0].numpy() for p in self.prompts]
+
+    def write(self, path, kind: str = "f16") -> str:
+        gguf_export.write(str(path), kind, self.tensors, self.model.config, self.dir, self.model_name, "test")
+        return str(path)
+
+    def check(self, path, limits=LIMITS["q8_0"], tokenizer: bool = False):
+        return export_gguf.check(
+            path, self.model, self.reference, self.prompts, limits, self.dir if tokenizer else None
+        )
+
+
+@pytest.fixture(scope="module")
+def gemma(tiny_base):
+    return Export(tiny_base, "gemma3-4b")
+
+
+@pytest.fixture(scope="module")
+def f16_file(gemma, tmp_path_factory) -> str:
+    """A good f16 GGUF of the tiny Gemma 3, written once; each test damages its own copy."""
+    return gemma.write(tmp_path_factory.mktemp("gguf") / "good.gguf")
+
+
+@pytest.fixture
+def copy_of_good(f16_file, tmp_path) -> str:
+    path = str(tmp_path / "m.gguf")
+    shutil.copyfile(f16_file, path)
+    return path
+
+
+def edit(path: str, tensor: str, change) -> None:
+    """Changes one tensor's data in the file, in place (the layout and header untouched)."""
+    import gguf
+
+    reader = gguf.GGUFReader(path, "r+")
+    (found,) = [t for t in reader.tensors if t.name == tensor]
+    change(found.data)  # a view of the file, mapped read-write
+    del reader
+
+
+def test_bf16_reads_back_within_its_limits(gemma, tmp_path):
+    # (f16 and q8_0, the recipes' types, are checked by every pipeline run: tiny_run, the families.)
+    figures, problems = gemma.check(gemma.write(tmp_path / "m.gguf", "bf16"), LIMITS["bf16"])
+    assert problems == [], figures
+    assert figures["kl_max"] <= LIMITS["bf16"]["max_kl"] / 10, figures  # well inside: the limit is no floor
+
+
+def test_two_swapped_heads_are_refused(gemma, copy_of_good):
+    path = copy_of_good
+    head = gemma.model.config.head_dim
+
+    def swap(data):  # GGUF holds the matrix as rows of the output dimension: heads are row blocks
+        first = np.array(data[:head])
+        data[:head] = data[head : 2 * head]
+        data[head : 2 * head] = first
+
+    edit(path, "blk.0.attn_q.weight", swap)
+    figures, problems = gemma.check(path)
+    assert any("KL" in p for p in problems), figures
+
+
+def test_a_norm_stored_as_transformers_holds_it_is_refused(gemma, copy_of_good):
+    path = copy_of_good
+
+    def without_llama_cpp_offset(data):
+        data[:] = data - 1  # w instead of 1 + w: what a converter that forgets Gemma's norm convention writes
+
+    edit(path, "blk.3.ffn_norm.weight", without_llama_cpp_offset)
+    figures, problems = gemma.check(path)
+    assert any("KL" in p for p in problems), figures
+
+
+def test_a_changed_metadata_value_is_refused(gemma, copy_of_good):
+    import gguf
+
+    path = copy_of_good
+    reader = gguf.GGUFReader(path, "r+")
+    field = reader.fields["gemma3.attention.sliding_window"]
+    field.parts[field.data[0]][0] = 4096  # llama.cpp would attend past the model's window
+    del reader
+    _, problems = gemma.check(path)
+    assert problems and all(p.startswith("config: sliding_window") for p in problems), problems
+
+
+def test_a_file_cut_short_is_refused_in_one_line(gemma, copy_of_good):
+    path = copy_of_good
+    with open(path, "r+b") as f:
+        f.truncate(f.seek(0, 2) // 2)
+    with pytest.raises(StageFailed, match=r"^the GGUF check failed: transformers cannot read .*m\.gguf back \("):
+        gemma.check(path)
+
+
+def test_llama_q_k_rows_out_of_rotary_order_are_refused(tmp_path, monkeypatch):
+    from stages.shared.families import llama3
+
+    (tmp_path / "hf").mkdir()
+    llama3.build_tiny(str(tmp_path / "hf"), seed=0)
+    export = Export(tmp_path / "hf", "llama3.1-8b")
+    _, problems = export.check(export.write(tmp_path / "right.gguf"))
+    assert problems == []
+    monkeypatch.setattr(llama3, "gguf_tensor", lambda name, value, config: value)  # transformers' order, as it is
+    figures, problems = export.check(export.write(tmp_path / "wrong.gguf"))
+    assert any("KL" in p for p in problems), figures
+
+
+def test_the_tiny_run_writes_each_type_checked_with_a_modelfile(tiny_run):
+    assert_gguf_round_trip(tiny_run.path)
+    modelfile = (tiny_run.path / "models" / "gguf" / "Modelfile").read_text()
+    assert 'PARAMETER stop "<end_of_turn>"' in modelfile and "<start_of_turn>model" in modelfile
+
+
+def test_a_gguf_that_fails_its_check_fails_the_stage_and_leaves_nothing(clone_of_tiny_run):
+    root = clone_of_tiny_run
+    set_param(root, "gguf.types", ["q8_0"])
+    set_param(root, "gguf.check.q8_0.max_kl", 1.0e-12)  # below q8_0's rounding: every honest file fails it
+    proc = sh(["dvc", "repro", "export_gguf"], root, check=False)
+    assert proc.returncode != 0
+    said = [ln for ln in proc.stderr.splitlines() if ln.startswith("export_gguf: error:")]
+    assert len(said) == 1 and "the GGUF check failed (q8_0: max KL" in said[0], proc.stderr[-2000:]
+    assert "nothing was written to models/gguf" in said[0]
+    models = root / "models"
+    assert not (models / "gguf").exists() and not list(models.glob(".gguf.tmp-*"))
+    assert json.loads((root / "metrics" / "gguf_check.json").read_text())["q8_0"]["passed"] is False
