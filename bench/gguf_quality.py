@@ -39,10 +39,10 @@ def heldout_loss(model, rows) -> float:
     with torch.no_grad():
         for ids, spans in rows:
             logp = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0].float(), -1)
-            for start, end in spans:
-                for t in range(max(start, 1), end):
-                    total -= float(logp[t - 1, ids[t]])
-                    count += 1
+            targets = [t for start, end in spans for t in range(max(start, 1), end)]
+            picked = logp[torch.tensor(targets) - 1, torch.tensor([ids[t] for t in targets])]
+            total -= float(picked.sum())
+            count += len(targets)
     return total / count
 
 
@@ -77,7 +77,7 @@ def main() -> None:
             spans = [(s, min(e, args.max_tokens)) for s, e in spans if s < args.max_tokens]
             rows.append((ids[: args.max_tokens], spans))
     model = families.language_model(paths.SFT_HF, params.model.maxtext_name, torch.float32)
-    checked = json.load(open(os.path.join("metrics", "gguf_check.json")))
+    checked = json.load(open(os.path.join("metrics", "gguf_check.json")))["gguf"]
     print(f"held-out: {len(rows)} conversations of {paths.DATA}/eval.jsonl, at most {args.max_tokens} tokens each\n")
     print("| model | MB | max KL vs export | held-out loss | greedy answer |\n|---|---|---|---|---|")
     results = [("HF export (bf16)", None)] + [(kind, f) for kind, f in checked.items()]

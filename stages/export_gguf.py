@@ -18,7 +18,7 @@ undoing of llama.cpp's layouts), and checked against the HF export:
 A file that fails any of them fails the stage in one line and nothing is written: the files
 are published together, in one rename, only once all passed. Writes
   models/gguf/                 model-<TYPE>.gguf per type, and Modelfile (Ollama: `ollama create`)
-  metrics/gguf_check.json      per type: bytes, seconds to write, KL, top-1 agreement
+  metrics/gguf_check.json      under `gguf`, per type: bytes, seconds to write, KL, top-1 agreement
 With `gguf.types: []` it writes models/gguf/README.md alone (a note, the same bytes every time).
 """
 
@@ -33,6 +33,7 @@ from stages.shared.errors import StageFailed
 
 OUT = paths.GGUF
 METRICS = os.path.join("metrics", "gguf_check.json")
+GROUP = "gguf"  # every metrics file's figures under one name: `dvc metrics show` labels them gguf.q8_0.kl_max
 STEM = "model"
 BYTES_PER_WEIGHT = {"f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32}  # q8_0: 32 int8 and one f16 scale a block
 OFF = "No GGUF was asked for (gguf.types: []). Set gguf.types, e.g. [f16, q8_0], and run `dvc repro export_gguf`.\n"
@@ -146,7 +147,7 @@ def main() -> None:
     if not types:
         with outputs.staged_dir(OUT) as tmp:
             outputs.write_text(os.path.join(tmp, "README.md"), OFF)
-        outputs.write_json(METRICS, {})
+        outputs.write_json(METRICS, {GROUP: {}})
         print("export_gguf: gguf.types is empty: no GGUF written", flush=True)
         return
     family = families.of(model_name)
@@ -155,8 +156,11 @@ def main() -> None:
     hardware.check_output_disk(OUT, 1.1 * need, "the GGUF files")
 
     import torch
+    import transformers
 
     from stages.shared.prompts import fixed_prompts
+
+    transformers.utils.logging.disable_progress_bar()  # its bars would bury the stage's own lines
 
     model = families.language_model(paths.SFT_HF, model_name, torch.float32)
     tensors = {k: v.numpy().copy() for k, v in model.state_dict().items()}  # copies: read_back loads into model
@@ -190,7 +194,7 @@ def main() -> None:
                 + (" FAILED" if problems else ""),
                 flush=True,
             )
-        outputs.write_json(METRICS, report)
+        outputs.write_json(METRICS, {GROUP: report})
         if failures:
             raise gates.GateFailed(
                 "GGUF check",

@@ -320,7 +320,7 @@ def assert_gguf_round_trip(root) -> None:
     stage checked them; here the figures it recorded are held to the recipe's limits), the
     Modelfile naming the first."""
     limits = yaml.safe_load((root / "params.yaml").read_text())["gguf"]
-    checked = json.loads((root / "metrics" / "gguf_check.json").read_text())
+    checked = json.loads((root / "metrics" / "gguf_check.json").read_text())["gguf"]
     assert list(checked) == limits["types"] and limits["types"], checked
     for kind, figures in checked.items():
         assert figures["passed"] and figures["kl_max"] <= limits["check"][kind]["max_kl"], (kind, figures)

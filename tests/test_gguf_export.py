@@ -156,9 +156,9 @@ def test_a_gguf_that_fails_its_check_fails_the_stage_and_leaves_nothing(clone_of
     set_param(root, "gguf.check.q8_0.max_kl", 1.0e-12)  # below q8_0's rounding: every honest file fails it
     proc = sh(["dvc", "repro", "export_gguf"], root, check=False)
     assert proc.returncode != 0
-    said = [ln for ln in proc.stderr.splitlines() if ln.startswith("export_gguf: error:")]
+    said = [ln for ln in proc.stderr.splitlines() if ln.startswith("export_gguf: failed:")]
     assert len(said) == 1 and "the GGUF check failed (q8_0: max KL" in said[0], proc.stderr[-2000:]
     assert "nothing was written to models/gguf" in said[0]
     models = root / "models"
     assert not (models / "gguf").exists() and not list(models.glob(".gguf.tmp-*"))
-    assert json.loads((root / "metrics" / "gguf_check.json").read_text())["q8_0"]["passed"] is False
+    assert json.loads((root / "metrics" / "gguf_check.json").read_text())["gguf"]["q8_0"]["passed"] is False

@@ -38,6 +38,7 @@ def test_metrics_read_at_a_glance(tiny_run):
         "metrics/convert_check.json": {"conversion"},  # (as export_check.json)
         "dvclive/metrics.json": {"train", "run", "step"},
         "metrics/export_check.json": {"export"},  # its per-prompt lists are not metrics columns
+        "metrics/gguf_check.json": {"gguf"},  # per type under it
         "metrics/eval.json": {"eval"},
         "metrics/benchmark.json": {"benchmark"},
         "metrics/preference_data.json": {"preference_data"},  # (off: {"enabled": false} under it)

@@ -102,7 +102,7 @@ def test_publish_uploads_the_export_with_a_card_that_traces_it(hub, tiny_run, tm
     with_gguf = publish(hub, root, tmp_path / "hf-home", REPO_ID, "--gguf")
     assert with_gguf.returncode == 0, with_gguf.stderr
     snapshot_download(REPO_ID, endpoint=hub.endpoint, token=CANARY_TOKEN, local_dir=got, cache_dir=tmp_path / "cache")
-    checked = json.loads((root / "metrics" / "gguf_check.json").read_text())
+    checked = json.loads((root / "metrics" / "gguf_check.json").read_text())["gguf"]
     for figures in checked.values():
         assert sha256s(got)[figures["file"]] == sha256s(root / "models" / "gguf")[figures["file"]]
         assert (

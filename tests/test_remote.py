@@ -167,9 +167,12 @@ def test_a_serving_host_gets_a_version_without_a_clone(producer, origin, gcs, tm
         host,
     )
     assert file_hashes(host, "latest") == file_hashes(producer, "models/sft-hf")
-    # The GGUF files are an artifact too: what `ollama create` needs, without a clone.
+    # The GGUF files are an artifact too, versioned the same way: what `ollama create` needs, without a clone.
+    sh(["git", "tag", "-a", "gguf@v1.0.0", "-m", "GGUF files"], producer, **GIT_IDENTITY)
+    sh(["git", "push", "-q", "origin", "gguf@v1.0.0"], producer)
     dvc(
-        ["artifacts", "get", str(origin), "gguf", "-o", "gguf", "--remote-config", f"url=gs://{BUCKET}/dvc"]
+        ["artifacts", "get", str(origin), "gguf", "--rev", "v1.0.0", "-o", "gguf"]
+        + ["--remote-config", f"url=gs://{BUCKET}/dvc"]
         + [f"endpointurl={gcs.url}", "allow_anonymous_login=true"],
         host,
     )

@@ -59,7 +59,7 @@ def check_export() -> dict:
 
 def check_gguf() -> dict:
     """export_gguf's figures per type, refusing in one line files that are missing or failed."""
-    report = outputs.read_json(GGUF_CHECK) or {}
+    report = (outputs.read_json(GGUF_CHECK) or {}).get("gguf", {})
     missing = [f["file"] for f in report.values() if not os.path.isfile(os.path.join(paths.GGUF, f["file"]))]
     if not report or missing:
         raise UserError(
