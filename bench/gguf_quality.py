@@ -39,8 +39,8 @@ def heldout_loss(model, rows) -> float:
     with torch.no_grad():
         for ids, spans in rows:
             logp = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0].float(), -1)
-            targets = [t for start, end in spans for t in range(max(start, 1), end)]
-            picked = logp[torch.tensor(targets) - 1, torch.tensor([ids[t] for t in targets])]
+            targets = torch.tensor([t for start, end in spans for t in range(max(start, 1), end)], dtype=torch.long)
+            picked = logp[targets - 1, torch.tensor(ids)[targets]]
             total -= float(picked.sum())
             count += len(targets)
     return total / count
