@@ -59,6 +59,15 @@ def config_differences(read: dict, config) -> list[str]:
     return differences
 
 
+def next_token_logits(model, prompts: list[list[int]]) -> list:
+    """The model's float32 logits at every position of each prompt (the export's, or a GGUF's
+    tensors loaded into it)."""
+    import torch
+
+    with torch.no_grad():
+        return [model(input_ids=torch.tensor([p])).logits[0].float().numpy() for p in prompts]
+
+
 def read_back(path: str, model, prompts: list[list[int]]) -> tuple[list, dict]:
     """The logits the GGUF's tensors give in the export's architecture (loaded into `model`
     in place), and the config transformers reads from its metadata."""
@@ -77,9 +86,7 @@ def read_back(path: str, model, prompts: list[list[int]]) -> tuple[list, dict]:
     model.load_state_dict(
         {k: torch.as_tensor(np.asarray(v)) for k, v in parsed["tensors"].items() if k in ours}, strict=False
     )
-    with torch.no_grad():
-        logits = [model(input_ids=torch.tensor([p])).logits[0].float().numpy() for p in prompts]
-    return logits, parsed["config"]
+    return next_token_logits(model, prompts), parsed["config"]
 
 
 def tokenizer_differences(path: str, export_dir: str) -> list[str]:
@@ -165,8 +172,7 @@ def main() -> None:
     model = families.language_model(paths.SFT_HF, model_name, torch.float32)
     tensors = {k: v.numpy().copy() for k, v in model.state_dict().items()}  # copies: read_back loads into model
     _, prompts = fixed_prompts(paths.SFT_HF)
-    with torch.no_grad():
-        reference = [model(input_ids=torch.tensor([p])).logits[0].float().numpy() for p in prompts]
+    reference = next_token_logits(model, prompts)
     generation = outputs.read_json(os.path.join(paths.SFT_HF, "generation_config.json"), {})
     name = f"{model_name} fine-tuned"
     report, failures = {}, []

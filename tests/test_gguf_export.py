@@ -38,8 +38,7 @@ class Export:
         self.model = families.language_model(self.dir, model_name, torch.float32)
         self.tensors = {k: v.numpy().copy() for k, v in self.model.state_dict().items()}
         _, self.prompts = fixed_prompts(self.dir)
-        with torch.no_grad():
-            self.reference = [self.model(input_ids=torch.tensor([p])).logits[0].numpy() for p in self.prompts]
+        self.reference = export_gguf.next_token_logits(self.model, self.prompts)
 
     def write(self, path, kind: str = "f16") -> str:
         gguf_export.write(str(path), kind, self.tensors, self.model.config, self.dir, self.model_name, "test")

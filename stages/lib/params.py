@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from stages.lib import chat, hardware, long_rows
+from stages.lib import chat, gguf_export, hardware, long_rows
 from stages.shared import families, rendering
 from stages.shared.errors import UserError
 
@@ -317,7 +317,7 @@ class ConvertOutParams(Section):
     check: ExportCheckParams
 
 
-GGUF_TYPES = ("f16", "bf16", "q8_0")  # what the gguf package writes (stages/lib/gguf_export.py)
+GGUF_TYPES = gguf_export.TYPES  # what the gguf package writes
 
 
 class GgufChecks(Section):
