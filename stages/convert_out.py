@@ -84,6 +84,8 @@ def main() -> None:
                 params,
                 progress=maxtext_process.log_progress("convert_out", "converting weights:"),
                 progress_every=5.0,
+                on_disk_full=f"The export needs ~{1.1 * size / 1e9:.2f} GB beside {OUT}: free that much, then "
+                "`dvc repro` converts again (the trained parameters are cached)",
             )
             with open(report_path) as f:
                 report = json.load(f)

@@ -8,6 +8,7 @@ tiny_run.)"""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
+from testkit import machine_faults
 from testkit.workspace import clone_workspace, commit, env, set_param, sh, stages_run, train_losses
 
 pytestmark = pytest.mark.slow
@@ -232,6 +234,68 @@ def test_training_killed_twice_resumes_each_time_and_ends_as_if_never_killed(tin
     assert reused["target_tokens"] == computed["target_tokens"]
 
 
+@pytest.mark.skipif(bool(machine_faults.unavailable()), reason=str(machine_faults.unavailable()))
+def test_training_killed_for_memory_then_stopped_by_a_full_disk_resumes_each_time(clone_of_tiny_run, tmp_path):
+    """In a clone of tiny_run, a short training whose checkpoints go to a small disk of their own:
+    1. the kernel's out-of-memory killer ends MaxText (its cgroup's limit lowered under it, the
+       rest filled, as another job on the VM would): one line with what it held and what to
+       change; with the change made (remat_policy full: not part of what the checkpoints are),
+       2. `dvc repro` resumes; then the disk fills under it (MaxText 0.2.5 would wait forever on
+       the failed save): one line naming the path and the space a checkpoint needs, nothing
+       published; 3. with the space freed, `dvc repro` resumes from the last whole checkpoint
+       (the half-written one discarded) and finishes."""
+    root = clone_of_tiny_run
+    disk = tmp_path / "disk"
+    settings = {"train.steps": 12, "train.checkpoint_period": 4, "train.eval_interval": 0}
+    settings |= {"runtime.profile_steps": 0, "runtime.keep_checkpoints": 2, "runtime.scratch_dir": str(disk)}
+    for key, value in {**settings, "train.remat_policy": "minimal"}.items():
+        set_param(root, key, value)
+    commit(root, "a short training, its checkpoints on a small disk, remat minimal")
+
+    def steps_on_disk() -> list[str]:
+        found = next(disk.glob("train-*/sft/checkpoints"), None)
+        return sorted(p.name for p in found.iterdir()) if found else []
+
+    def failure(run: Repro) -> str:
+        assert run.proc.wait(timeout=300) != 0, run.output()[-3000:]
+        said = [ln for ln in run.output().splitlines() if ln.startswith("train: failed:")]
+        assert len(said) == 1, run.output()[-3000:]
+        assert not (root / "models" / "sft-maxtext").exists()
+        return said[0]
+
+    # (a tiny checkpoint is ~0.35 GB; the stage asks for room for keep_checkpoints + 1 before it starts)
+    with machine_faults.small_disk(disk, 1300), machine_faults.memory_group() as group:
+        run = Repro(root, "train", name="oom")
+        group.add(run.proc.pid)  # before DVC starts the stage: MaxText is born in the group
+        run.wait_for(lambda: "4" in steps_on_disk(), "checkpoint 4")
+        balloon = group.squeeze()
+        said = failure(run)
+        balloon.wait(timeout=60)
+        assert group.oom_kills() >= 1
+        assert "was killed by the kernel for lack of memory" in said and "GB resident when last read" in said, said
+        assert "set train.remat_policy: full (now minimal): the run resumes from its last checkpoint" in said, said
+        assert "lower train.per_device_batch_size (now " in said and "train.max_target_length (now " in said, said
+        last = max(int(n) for n in steps_on_disk() if n.isdigit())
+
+        set_param(root, "train.remat_policy", "full")
+        commit(root, "remat full, as the failure said")
+        run = Repro(root, "train", name="disk-full")
+        run.wait_for(lambda: f"train: resuming at step {last}:" in run.output(), f"a resume at step {last}")
+        run.wait_for(lambda: str(last + 4) in steps_on_disk(), f"checkpoint {last + 4}")
+        filler = machine_faults.fill(disk)
+        said = failure(run)
+        assert "ran out of disk space after" in said and f"writing {disk}/train-" in said, said
+        assert re.search(r"A checkpoint needs ~0\.\d\d GB, 3 at once", said) and "`dvc repro` resumes" in said, said
+        half_written = [n for n in steps_on_disk() if not n.isdigit()]
+        assert half_written, steps_on_disk()  # the save it stopped
+
+        filler.unlink()
+        proc = sh(["dvc", "repro", "train"], root)
+        assert f"train: resuming at step {last + 4}:" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+    assert json.loads((root / "dvclive" / "metrics.json").read_text())["run"]["steps"] == 12
+    assert json.loads(sh(["dvc", "status", "--json", "train"], root).stdout) == {}
+
+
 def cache_files(root: Path) -> set[str]:
     cache = Path(sh(["dvc", "cache", "dir"], root).stdout.strip())
     return {str(p.relative_to(cache)) for p in cache.rglob("*") if p.is_file()}
@@ -283,6 +347,73 @@ def test_conversion_killed_mid_write_caches_nothing_partial(clone_with_its_own_c
     assert lock_after["stages"][stage]["outs"] == lock_before["stages"][stage]["outs"]
     assert json.loads(sh(["dvc", "status", "--json"], root).stdout) == {}
     assert cache_files(root) == cached_before
+
+
+@pytest.mark.skipif(bool(machine_faults.unavailable()), reason=str(machine_faults.unavailable()))
+def test_a_full_disk_under_convert_out_is_one_line_and_leaves_no_export(clone_with_its_own_cache, tmp_path):
+    """models/ on a small disk of its own (the outputs before it links into the cache), filled
+    while MaxText writes the export's shards: one line with the path, nothing in models/ that
+    DVC or a later stage could take for an export; once the space is freed, `dvc repro` ends
+    with the export whole."""
+    root = clone_with_its_own_cache
+    lock_before = yaml.safe_load((root / "dvc.lock").read_text())
+    models = root / "models"
+    with machine_faults.small_disk(models, 400):
+        sh(["dvc", "checkout", "-q"], root)  # (onto the new filesystem: links into the cache, no room taken)
+        run = Repro(root, "--force", "--single-item", "convert_out", name="full-convert-out")
+        run.wait_for(lambda: any(p.is_file() for p in models.glob(".sft-hf.tmp-*/*")), "the export being written")
+        filler = machine_faults.fill(models)
+        assert run.proc.wait(timeout=300) != 0
+        said = [ln for ln in run.output().splitlines() if ln.startswith("convert_out: failed:")]
+        assert len(said) == 1, run.output()[-3000:]
+        assert "ran out of disk space after" in said[0], said  # (the file it names, when its error has one)
+        assert "The export needs ~0.2" in said[0] and "beside models/sft-hf" in said[0], said  # where, how much
+        assert "`dvc repro` converts again" in said[0], said
+        assert not (models / "sft-hf").exists() and not list(models.glob(".sft-hf.tmp-*"))
+        assert yaml.safe_load((root / "dvc.lock").read_text()) == lock_before
+
+        filler.unlink()
+        sh(["dvc", "repro", "convert_out"], root)
+        assert json.loads(sh(["dvc", "status", "--json", "convert_out"], root).stdout) == {}
+        lock_after = yaml.safe_load((root / "dvc.lock").read_text())
+        assert lock_after["stages"]["convert_out"]["outs"] == lock_before["stages"]["convert_out"]["outs"]
+
+
+@pytest.mark.skipif(bool(machine_faults.unavailable()), reason=str(machine_faults.unavailable()))
+def test_a_full_disk_under_a_pull_is_one_line_and_the_pull_after_it_is_whole(tiny_run, tmp_path):
+    """A new machine whose DVC cache is on a disk too small for what it pulls (a local-directory
+    remote holding tiny_run's outputs): tools.remote says so in one line naming the cache, and
+    nothing half-fetched is checked out as an output; with the space freed, the same command
+    pulls everything, byte for byte."""
+    store = tmp_path / "remote"
+    producer = clone_workspace(tiny_run, tmp_path)  # (sharing its cache: what it pushes is there)
+    sh(["dvc", "remote", "add", "--local", "-f", "-d", "store", str(store)], producer)
+    sh(["dvc", "push", "-q"], producer)
+    root = tmp_path / "new-machine"
+    sh(["git", "clone", "-q", str(tiny_run.path), str(root)], tmp_path)
+    sh(["dvc", "remote", "add", "--local", "-f", "-d", "store", str(store)], root)
+    cache = tmp_path / "cache-disk"
+    with machine_faults.small_disk(cache, 1024):
+        sh(["dvc", "cache", "dir", "--local", str(cache)], root)
+        filler = cache / "filler"
+        filler.write_bytes(b"\0" * (900 << 20))  # a neighbour's files: ~120 MB left, the outputs need ~500
+        proc = sh(["python", "-m", "tools.remote", "pull"], root, check=False)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and lines[-1].startswith(
+            f"remote: failed: pull ran out of disk space in the DVC cache {cache}"
+        ), proc.stderr[-3000:]
+        assert "python -m tools.remote pull" in lines[-1]
+        missing = json.loads(sh(["dvc", "status", "--json"], root).stdout)
+        assert missing, "dvc status must name what the pull did not finish"
+
+        filler.unlink()
+        sh(["python", "-m", "tools.remote", "pull"], root)
+        from test_remote import file_hashes
+
+        for output in ("models/base-hf", "models/sft-maxtext", "models/sft-hf"):
+            assert file_hashes(root, output) == file_hashes(tiny_run.path, output), output
+        status = json.loads(sh(["dvc", "status", "--json"], root).stdout)
+        assert not [c for changes in status.values() for c in changes if "changed outs" in c], status
 
 
 def second_repro_is_refused(root: Path) -> None:

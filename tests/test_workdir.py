@@ -41,6 +41,9 @@ def test_the_digest_changes_with_what_is_trained_and_nothing_else(params):
     assert digest("runtime", "keep_checkpoints", 5) == same  # how to run, not what
     assert digest("runtime", "scratch_dir", "gs://bucket/scratch") == same  # where, not what
     assert digest("convert_out", "shard_size_mb", 1) == same  # read after training
+    # How much memory it takes, not what it computes: after an out-of-memory kill, remat full resumes the run.
+    assert digest("train", "remat_policy", "minimal" if params["train"]["remat_policy"] == "full" else "full") == same
+    assert digest("train", "per_device_batch_size", 7) != same  # other batches: another training
     assert digest("train", "learning_rate", 1.0) != same
     assert digest("train", "seed", 7) != same
     assert digest("model", "scan_layers", not params["model"]["scan_layers"]) != same

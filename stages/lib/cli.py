@@ -2,10 +2,14 @@
 
 Bad input (params, data, a missing checkpoint, no disk) is a `UserError`: the stage prints
 one line naming the field or file and the fix, and exits 2 before any expensive work. A
-failure inside MaxText is reported by `maxtext_process.run` with the tail of its log.
+failure inside MaxText is reported by `maxtext_process.run` with the tail of its log (in one
+line when the kernel killed it for memory or the disk was full). A full disk met by the stage's
+own writes is one line too; what it had half written is in a staging directory that goes with
+it (stages/lib/outputs.py).
 """
 
 import ctypes
+import errno
 import json
 import os
 import signal
@@ -70,6 +74,18 @@ def run(main, stage: str) -> None:
         sys.exit(2)
     except StageFailed as e:
         print(f"{stage}: failed: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        from stages.lib import hardware
+
+        where = (
+            f" writing {e.filename} ({hardware.free_bytes(e.filename) / 1e9:.2f} GB free there now)"
+            if e.filename
+            else ""
+        )
+        print(f"{stage}: failed: out of disk space{where}. {hardware.FULL_DISK_ADVICE}", file=sys.stderr, flush=True)
         sys.exit(1)
     except (KeyboardInterrupt, Interrupted) as e:
         why = f" ({e})" if str(e) else ""

@@ -115,6 +115,18 @@ def _existing(path: str) -> str:
     return probe
 
 
+# What a stage that met a full disk ends its one line with (its own writes: stages/lib/cli.py;
+# MaxText's: stages/lib/maxtext_process.py, where a stage may say more).
+FULL_DISK_ADVICE = (
+    "Free some space there (or move runtime.scratch_dir, or the DVC cache: `dvc cache dir`), then `dvc repro`"
+)
+
+
+def free_bytes(path: str) -> int:
+    """Free space on the filesystem that holds (or will hold) a local path."""
+    return shutil.disk_usage(_existing(path)).free
+
+
 def same_filesystem(a: str, b: str) -> bool:
     """Whether two local paths (existing or not yet) are on one filesystem (hard links work)."""
     return (
@@ -128,7 +140,7 @@ def check_free_disk(path: str, need_bytes: float, what: str) -> None:
     if path.startswith("gs://"):
         return
     probe = _existing(path)
-    free = shutil.disk_usage(probe).free
+    free = free_bytes(probe)
     if free < need_bytes:
         raise UserError(
             f"not enough free disk for {what} in {probe}: needs ~{need_bytes / 1e9:.1f} GB, "
@@ -167,11 +179,15 @@ def checkpoint_bytes(n_params: int, lora: bool) -> float:
     return CHECKPOINT_BYTES_PER_PARAM * n_params * (LORA_CHECKPOINT_FRACTION if lora else 1)
 
 
-def check_training_disk(params: dict, work_url: str, n_params: int, trained_out: str, lora: bool) -> None:
+def check_training_disk(
+    params: dict, work_url: str, n_params: int, trained_out: str, lora: bool, present: int = 0
+) -> None:
     """Disk for the train stage: the kept checkpoints plus the one being written, in MaxText's
-    working directory, and the final float32 params in `trained_out` unless they can be linked."""
+    working directory, less the `present` ones a resumed run already holds there, and the
+    final float32 params in `trained_out` unless they can be linked."""
     keep = params["runtime"]["keep_checkpoints"]
     per_checkpoint = checkpoint_bytes(n_params, lora)
-    check_free_disk(work_url, (keep + 1) * per_checkpoint, "MaxText's training checkpoints")
+    to_write = keep + 1 - min(present, keep)
+    check_free_disk(work_url, to_write * per_checkpoint, "MaxText's training checkpoints")
     if not same_filesystem(work_url, trained_out):
         check_output_disk(trained_out, 4 * n_params, "the trained parameters")  # copied, not linked

@@ -166,12 +166,19 @@ def xpk_wait(params: dict, workload: str) -> list[str]:
     ]
 
 
-def run(stage: str, invocation: Invocation, params: dict, work_name: str, progress=None) -> None:
+def run(
+    stage: str,
+    invocation: Invocation,
+    params: dict,
+    work_name: str,
+    progress=None,
+    on_disk_full: str = hardware.FULL_DISK_ADVICE,
+) -> None:
     """Runs the training on the recipe's launcher and waits for it: one process on this machine
     (maxtext_process.run), or a job of one per host. A failed or killed worker stops the job and the
     error names it (maxtext_process.run_workers)."""
     if one_process(params):
-        maxtext_process.run(stage, invocation, params, progress=progress)
+        maxtext_process.run(stage, invocation, params, progress=progress, on_disk_full=on_disk_full)
         return
     launcher = params["runtime"]["launcher"]
     if launcher == "xpk":
@@ -197,7 +204,14 @@ def run(stage: str, invocation: Invocation, params: dict, work_name: str, progre
         maxtext_process.run_workers(stage, invocation.module, [waiter])
         return
     try:
-        maxtext_process.run_workers(stage, invocation.module, workers(stage, invocation, params), progress)
+        maxtext_process.run_workers(
+            stage,
+            invocation.module,
+            workers(stage, invocation, params),
+            progress,
+            on_oom=maxtext_process.memory_advice(stage, params),
+            on_disk_full=on_disk_full,
+        )
     except BaseException:
         if launcher == "slice":
             subprocess.run(stop_slice(params), env=maxtext_process.child_env(params), capture_output=True)

@@ -118,12 +118,75 @@ class Worker:
     log_path: str
 
 
+def oom_kills() -> int | None:
+    """How many processes the kernel's out-of-memory killer has ended on this machine since it
+    booted, in any cgroup (/proc/vmstat, Linux 4.13 on); None where the kernel does not say."""
+    try:
+        with open("/proc/vmstat") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("oom_kill ")), None)
+    except OSError:
+        return None
+
+
+def memory_advice(stage: str, params: dict) -> str:
+    """What lowers the memory the stage's MaxText process needs, with the values it ran with:
+    the sentence an out-of-memory kill ends with."""
+    section = stage.split(".")[0]
+    if stage == "train":
+        t = params["train"]
+        advice = (
+            f"lower train.per_device_batch_size (now {t['per_device_batch_size']}) or train.max_target_length "
+            f"(now {t['max_target_length']}): a new run"
+        )
+        if t["remat_policy"] != "full":  # (stages/lib/workdir.py: remat is not part of what is trained)
+            advice = (
+                f"set train.remat_policy: full (now {t['remat_policy']}): the run resumes from its last "
+                f"checkpoint; or {advice}"
+            )
+        return advice + ", then `dvc repro`"
+    if section == "preference":
+        p = params["preference"]
+        return (
+            f"lower preference.per_device_batch_size (now {p['per_device_batch_size']}) or "
+            f"preference.max_target_length (now {p['max_target_length']}), then `dvc repro`"
+        )
+    return "stop what else uses memory, or run it on a machine with more, then `dvc repro`"
+
+
+# A full disk as a process reports it: strerror(ENOSPC), quoted by Python's OSError and by
+# tensorstore (Orbax's checkpoints), each on a line that names the file.
+NO_SPACE = "No space left on device"
+ABSOLUTE_PATH = re.compile(r"(?:(?<=[\"'= ])|^)(/[^\s'\":\]]+)")  # (not a key's "a/0.0.0")
+
+
+def out_of_disk(log_path: str) -> tuple[bool, str | None]:
+    """Whether the log's end says the disk was full, and the path it names if it names one."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(0, os.path.getsize(log_path) - 65536))
+            end = f.read().decode(errors="replace")
+    except OSError:
+        return False, None
+    if NO_SPACE not in end:
+        return False, None
+    line = next(ln for ln in reversed(end.splitlines()) if NO_SPACE in ln)
+    found = ABSOLUTE_PATH.findall(line)
+    return True, (found[0] if found else None)
+
+
+def disk_full(module: str, elapsed: float, path: str | None, advice: str) -> str:
+    """The one line for a MaxText process that stopped on a full disk."""
+    where = f" writing {path} ({hardware.free_bytes(path) / 1e9:.2f} GB free there now)" if path else ""
+    return f"{module} ran out of disk space after {elapsed:.0f} s{where}. {advice}"
+
+
 def run(
     stage: str,
     invocation: Invocation,
     params: dict,
     progress: Callable[[], str | None] | None = None,
     progress_every: float = 2.0,
+    on_disk_full: str = hardware.FULL_DISK_ADVICE,
 ) -> str:
     """Runs the invocation as one child process of this machine and waits for it.
 
@@ -133,7 +196,9 @@ def run(
     """
     log_path = os.path.join(LOG_DIR, f"{stage}.log")
     worker = Worker("MaxText", command(invocation), {**child_env(params), **invocation.env}, log_path)
-    run_workers(stage, invocation.module, [worker], progress, progress_every)
+    run_workers(
+        stage, invocation.module, [worker], progress, progress_every, memory_advice(stage, params), on_disk_full
+    )
     return log_path
 
 
@@ -143,10 +208,14 @@ def run_workers(
     workers: list[Worker],
     progress: Callable[[], str | None] | None = None,
     progress_every: float = 2.0,
+    on_oom: str | None = None,
+    on_disk_full: str = hardware.FULL_DISK_ADVICE,
 ) -> None:
     """Runs the workers of one job side by side and waits for all of them. The first to fail
     stops the others at once (in a multi-controller job they would wait forever for it) and
-    the error names it."""
+    the error names it. A worker the kernel's out-of-memory killer ended is said in one line
+    with its peak memory, and `on_oom`: what to change; one that stopped on a full disk, with the
+    path and `on_disk_full`."""
     os.makedirs(LOG_DIR, exist_ok=True)
     verbose = os.environ.get("PIPELINE_VERBOSE") == "1"
     logs = ", ".join(w.log_path for w in workers)
@@ -155,7 +224,8 @@ def run_workers(
         flush=True,
     )
     started = time.monotonic()
-    children = []
+    oom_kills_before = oom_kills()
+    children, peaks = [], {}
     with contextlib.ExitStack() as files:
         for worker in workers:
             log = files.enter_context(open(worker.log_path, "w"))
@@ -181,7 +251,15 @@ def run_workers(
                     next(c for c in children if c.poll() is None).wait(timeout=progress_every)
                 except subprocess.TimeoutExpired:
                     pass
+                for child in children:  # (the last reading before a kill: the kernel's victim leaves none)
+                    peaks[child.pid] = max(peaks.get(child.pid, 0), high_water_mark(child.pid))
                 failed = next((w for w, c in zip(workers, children, strict=True) if c.poll() not in (None, 0)), None)
+                # A full disk under an asynchronous checkpoint save does not end MaxText: the
+                # save's thread fails and the train loop waits on it forever (measured,
+                # MaxText 0.2.5). Its log says so; stop it then (below: its children killed).
+                if failed is None and (full := next((w for w in workers if out_of_disk(w.log_path)[0]), None)):
+                    failed = full
+                    break
                 line = progress() if progress and failed is None else None
                 if line and line != last:
                     print(f"{stage}: {line}", flush=True)
@@ -198,6 +276,13 @@ def run_workers(
         code = children[workers.index(failed)].returncode
         if code in (-signal.SIGTERM, -signal.SIGINT):
             raise Interrupted(f"{module} stopped by {signal.Signals(-code).name} after {elapsed:.0f} s")
+        # (128 + 9: a worker started through a shell, which reports its child's SIGKILL so.)
+        if code in (-signal.SIGKILL, 128 + signal.SIGKILL) and on_oom and (oom_kills() or 0) > (oom_kills_before or 0):
+            peak = peaks.get(children[workers.index(failed)].pid, 0)
+            raise MaxTextFailed(out_of_memory(module, elapsed, peak, progress_every, on_oom), failed.log_path)
+        full, path = out_of_disk(failed.log_path)
+        if full:
+            raise MaxTextFailed(disk_full(module, elapsed, path, on_disk_full), failed.log_path)
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"failed (exit {code})"
         who = f"{module} on {failed.name}" if len(workers) > 1 else module
         rest = "; the other workers were stopped" if len(workers) > 1 else ""
@@ -206,6 +291,28 @@ def run_workers(
             failed.log_path,
         )
     print(f"{stage}: {module} done in {elapsed:.1f} s", flush=True)
+
+
+def high_water_mark(pid: int) -> int:
+    """The most memory the process has held resident so far, in bytes (0 once it has ended)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:")), 0)
+    except OSError:
+        return 0
+
+
+def out_of_memory(module: str, elapsed: float, peak: int, every: float, advice: str) -> str:
+    """The one line for a MaxText process the kernel killed for memory: the most it was seen
+    to hold (read every `every` seconds: it grew further before the kill), the machine's
+    memory, and what to change."""
+    total = psutil.virtual_memory().total
+    return (
+        f"{module} was killed by the kernel for lack of memory (its out-of-memory killer) after {elapsed:.0f} s; "
+        f"it held {peak / 1e9:.2f} GB resident when last read, at most {every:g} s before, of this machine's "
+        f"{total / 1e9:.1f} GB. "
+        f"To need less: {advice}"
+    )
 
 
 def signal_tree(sig: int) -> None:

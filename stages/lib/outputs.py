@@ -45,8 +45,12 @@ def write_text(path: str, text: str) -> None:
     """Writes a file atomically (temp file + rename): readers see the old file or the new one."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", newline="") as f:
-        f.write(text)
+    try:
+        with open(tmp, "w", newline="") as f:
+            f.write(text)
+    except BaseException:
+        remove(tmp)  # (a full disk: no half-written file left behind)
+        raise
     os.replace(tmp, path)
 
 

@@ -85,7 +85,9 @@ class TrainingStage:
             return
         hardware.check_present(params)
         parameters = checkpoint.parameter_count(paths.BASE_HF)
-        hardware.check_training_disk(params, work.url, parameters, self.output, self.lora(params))
+        work.tidy(params["runtime"]["keep_checkpoints"])  # what a failed run left beyond what resuming needs
+        present = 0 if work.on_gcs else len(work.complete_steps())
+        hardware.check_training_disk(params, work.url, parameters, self.output, self.lora(params), present)
         with work.lock():
             self.prepare(params, work)
             print(f"{self.name}: working directory {work.url}", flush=True)
@@ -125,7 +127,12 @@ class TrainingStage:
         curve.add(train_metrics.steps(work.metrics_file), train_metrics.evals(work.metrics_file, interval), up_to=done)
         progress = train_metrics.reporter(work.metrics_file, total, interval, on_poll=work.keeper(keep), curve=curve)
         job = train_data.invocation(self.build, params, work, self.streams_from(params, work, done), self.inputs)
-        launch.run(self.name, job, params, work.name, progress)
+        checkpoint_gb = hardware.checkpoint_bytes(checkpoint.parameter_count(paths.BASE_HF), self.lora(params)) / 1e9
+        full = (
+            f"A checkpoint needs ~{checkpoint_gb:.2f} GB, {keep + 1} at once, in {work.url}: free that much (or move "
+            "runtime.scratch_dir), then `dvc repro` resumes from the last whole checkpoint"
+        )
+        launch.run(self.name, job, params, work.name, progress, on_disk_full=full)
         work.prune(keep)
         work.save(workdir.METRICS_FILE)
         if total not in work.complete_steps():

@@ -52,14 +52,25 @@ def data_dependencies(deps: list[str]) -> list[str]:
     return [d for d in deps if not d.startswith(("stages/", "metrics/"))]
 
 
+# Declared params that decide how much memory training takes, not what it computes: a run
+# resumes across a change of them. Setting remat_policy to full is what an out-of-memory kill
+# asks for (stages/lib/maxtext_process.py), and must not throw away the checkpoints so far.
+MEMORY_ONLY = ("train.remat_policy",)
+
+
 def tracked_values(params: dict, keys: list[str]) -> dict:
-    """{dotted key: value} for the declared keys (a key may name a whole section)."""
+    """{dotted key: value} for the declared keys (a key may name a whole section), less MEMORY_ONLY."""
     out = {}
     for key in keys:
         node = params
         for part in key.split("."):
             node = node[part]
         out[key] = plain(node)
+    for dotted in MEMORY_ONLY:
+        section, _, name = dotted.rpartition(".")
+        out.pop(dotted, None)
+        if isinstance(out.get(section), dict):
+            out[section] = {k: v for k, v in out[section].items() if k != name}
     return out
 
 
@@ -171,6 +182,22 @@ class Workdir:
         if self.on_gcs:
             steps = [s for s in steps if self.fs.exists(f"{self.checkpoints}/{s}/commit_success.txt")]
         return steps
+
+    def tidy(self, keep: int) -> list[str]:
+        """Before a run resumes here: deletes the checkpoints a killed or failed save left
+        half-written (Orbax's `<step>.orbax-checkpoint-tmp*`, never a resume point) and all but
+        the newest `keep` whole ones: on a full disk, that is the room the next save needs.
+        Under the directory's lock (a running trainer's save is not half-written). Returns
+        what it deleted. Local only: on GCS a step is done by its marker, not its name, and
+        Orbax's own clean-up handles the rest."""
+        if self.on_gcs or not os.path.isdir(self.checkpoints):
+            return []
+        with self.lock():
+            left = [n for n in os.listdir(self.checkpoints) if not n.isdigit() and ".orbax-checkpoint-tmp" in n]
+            old = [str(s) for s in self.complete_steps()[:-keep]]
+            for name in left + old:
+                self.fs.rm(f"{self.checkpoints}/{name}", recursive=True)
+        return left + old
 
     def prune(self, keep: int) -> None:
         """Deletes all but the newest `keep` complete checkpoints."""
