@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from testkit.flaky_proxy import FAULTS, FlakyProxy
 from testkit.gcs_server import CLIENT_ENV, GcsServer, running
 from testkit.workspace import REPO, set_param, sh, stages_run
 
@@ -185,7 +186,9 @@ def small_shards(producer) -> SimpleNamespace:
     1 MB shards. Also the suite's convert_out.* change: what it re-ran, and the export's
     shard count before and after."""
     before = len(list((producer / "models" / "sft-hf").glob("*.safetensors")))
-    proc = dvc(["exp", "run", "-n", "small-shards", "-S", "convert_out.shard_size_mb=1"], producer)
+    # (gguf.types [] for the suite's time: the GGUF of a re-sharded export is the same model's; tiny_run checks it)
+    changes = ["-S", "convert_out.shard_size_mb=1", "-S", "gguf.types=[]"]
+    proc = dvc(["exp", "run", "-n", "small-shards", *changes], producer)
     after = len(list((producer / "models" / "sft-hf").glob("*.safetensors")))
     dvc(["exp", "push", "origin", "small-shards"], producer)
     return SimpleNamespace(name="small-shards", output=proc.stdout, shards_before=before, shards_after=after)
@@ -215,6 +218,7 @@ def test_fresh_clone_never_retrains_what_was_trained_elsewhere(producer, small_s
     # run again: DVC 3 pushes run-cache entries (`--run-cache`) without the uncached metrics
     # files they would restore, so a stage with metrics cannot be restored from another machine.
     set_param(consumer, "convert_out.shard_size_mb", 1)
+    set_param(consumer, "gguf.types", [])  # (the suite's time, as in small_shards)
     proc = dvc(["repro", "--pull", "--allow-missing"], consumer)
     ran = stages_run(proc.stdout)
     assert "train" not in ran and set(ran) <= {"convert_out", "export_gguf", "benchmark"}, proc.stdout[-2000:]
@@ -278,6 +282,39 @@ def test_server_gone_during_push_says_what_to_do(tiny_run, gcs, tmp_path):
     assert "Traceback" in (root / "logs" / "remote.log").read_text()
     remote(["push"], root)
     assert remote(["status"], root).stdout.strip().endswith("are in sync.")
+
+
+def test_a_flaky_bucket_moves_the_same_bytes_and_one_down_for_good_is_one_line(tiny_run, gcs, tmp_path):
+    """A fifth of the bucket's answers are 429 or 503 and one connection in ten is dropped
+    (half before the answer, half in its middle, after the work was done): a push from one
+    machine and a pull on another move the export through gcsfs's retries, byte for byte,
+    and DVC's check of what it pulled (`verify`). A bucket that answers nothing but 503 is
+    given up on in one line, in bounded time, nothing pulled."""
+
+    def through(proxy: FlakyProxy, name: str, cache_of: Path | None = None) -> Path:
+        root = clone(tiny_run.path, tmp_path / name, gcs, "dvc-flaky", share_cache_of=cache_of)
+        dvc(["remote", "modify", "--local", "gcs", "endpointurl", proxy.url], root)
+        return root
+
+    export = "models/sft-hf"  # (the suite's time: what a serving machine pulls, sharded)
+    with FlakyProxy(gcs.url, fail_share=0.2, reset_share=0.1) as flaky:
+        dvc(["push", export], through(flaky, "pusher", cache_of=tiny_run.path))
+        puller = through(flaky, "puller")
+        remote(["pull", export], puller)
+        assert file_hashes(puller, export) == file_hashes(tiny_run.path, export)
+        print(f"faults injected: {dict(flaky.injected)}; requests passed: {flaky.passed}")
+        assert set(flaky.injected) == set(FAULTS) and flaky.passed > 0, flaky.injected  # each kind met, and retried
+
+        flaky.down = True
+        late = through(flaky, "late")
+        started = time.monotonic()
+        proc = remote(["pull"], late, check=False, timeout=300)
+        took = time.monotonic() - started
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert f"{flaky.url} still answers 503" in lines[0] and "run this again later" in lines[0], lines
+    assert took < 120, f"{took:.0f} s to give up"
+    assert not (late / "models").exists()
 
 
 def test_server_gone_before_pull_is_one_line(producer, consumer, gcs):

@@ -17,6 +17,7 @@ restore, so other machines still re-run stages with metrics;
 docs/remote.md, "Getting the model out").
 """
 
+import io
 import logging
 import os
 import socket
@@ -33,6 +34,9 @@ LOG = os.path.join("logs", "remote.log")
 # gcsfs retries each request for ~30 s, and DVC moves the run-cache file by file, so without
 # this a push that lost its network would go on for half a minute per file still to send.
 GIVE_UP_AFTER_S = 60
+# Answers that mean "not now", not "not you": gcsfs retries them with backoff (6 tries, 1-16 s apart).
+UNAVAILABLE = (408, 429, 500, 502, 503, 504)
+RETRIES_S = 35
 CONNECTION_TROUBLE = (
     "Cannot connect to host",
     "Connect call failed",
@@ -104,6 +108,13 @@ def check_gcs(name: str, config: dict, fs_args: dict) -> None:
     try:
         fs = gcsfs.GCSFileSystem(**fs_args)
         exists = fs.exists(bucket)
+    except gcsfs.retry.HttpError as e:
+        if e.code not in UNAVAILABLE:
+            raise
+        raise UserError(
+            f"remote '{name}' ({url}): {endpoint} still answers {e.code} ({e.message}) after gcsfs's retries "
+            f"(~{RETRIES_S} s): the service is down or overloaded; run this again later"
+        ) from None
     except Exception as e:  # noqa: BLE001 - credential failures come in many types
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise UserError(
@@ -137,9 +148,36 @@ def lost_connection(command: str, name: str, url: str) -> str:
     )
 
 
-def explain_failure(command: str, name: str, url: str) -> StageFailed:
+class Said(io.TextIOBase):
+    """Stands in for stderr while DVC runs: passes everything through and keeps the end of it,
+    whose causes (DVC prints one line per failed file) explain a failure in one line."""
+
+    def __init__(self, stream):
+        self.stream, self.text = stream, ""
+
+    def write(self, text: str) -> int:
+        self.text = (self.text + text)[-65536:]
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def out_of_disk(command: str, cache: str) -> str:
+    from stages.lib.hardware import free_bytes
+
+    return (
+        f"{command} ran out of disk space in the DVC cache {cache} ({free_bytes(cache) / 1e9:.2f} GB free there now); "
+        "nothing half-fetched is taken for an output (`dvc status` names what is missing). Free some space or "
+        f"move the cache (dvc cache dir --local PATH), then run: python -m tools.remote {command}"
+    )
+
+
+def explain_failure(command: str, name: str, url: str, dvc_said: str = "", cache: str = "") -> StageFailed:
     with open(LOG, errors="replace") as f:
         log = f.read()
+    if "No space left on device" in dvc_said + log:
+        return StageFailed(out_of_disk(command, cache))
     if any(marker in log for marker in CONNECTION_TROUBLE):
         return StageFailed(lost_connection(command, name, url))
     return StageFailed(
@@ -152,9 +190,11 @@ def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in ("push", "pull", "status"):
         raise UserError("usage: python -m tools.remote push|pull|status [TARGETS...]")
     command, targets = sys.argv[1], sys.argv[2:]
+    said = sys.stderr = Said(sys.stderr)  # before DVC is imported: its log handlers keep the stream they find
     from dvc.cli import main as dvc_main
     from dvc.repo import Repo
 
+    quiet_storage_logs()  # (before the check: gcsfs logs each retry it gives up on with a traceback)
     with Repo() as repo:
         name, config = default_remote(repo)
         if config["url"].startswith("gs://"):
@@ -163,10 +203,11 @@ def main() -> None:
             give_up_when_unreachable(host, port, lost_connection(command, name, config["url"]))
         elif "://" not in config["url"]:  # a local directory (the demo's remote)
             os.makedirs(config["url"], exist_ok=True)
-    quiet_storage_logs()
+        cache = repo.cache.local_cache_dir
     args = {"push": ["push", "--run-cache"], "pull": ["pull"], "status": ["status", "--cloud"]}[command]
-    if dvc_main(args + targets) != 0:
-        raise explain_failure(command, name, config["url"])
+    code = dvc_main(args + targets)
+    if code != 0:
+        raise explain_failure(command, name, config["url"], said.text, cache)
 
 
 if __name__ == "__main__":
