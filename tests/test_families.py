@@ -292,10 +292,13 @@ def test_tiny_family_runs_the_whole_pipeline(workspace, recipe):
     # whole, in each family's template; its scores are not what this tests.)
     set_param(root, "benchmark.limit", 2)
     set_param(root, "benchmark.prompts", ["What is 17 plus 25?"])
+    # (And one GGUF type a family, each check reading the 150k-262k-token vocabulary ~10 s:
+    # tiny_run checks both of the recipe's on Gemma 3.)
+    set_param(root, "gguf.types", ["f16"] if recipe == "tiny-qwen3" else ["q8_0"])
     bf16 = recipe == "tiny-qwen3"  # one family's run publishes its final parameters in bf16 (train.save_dtype)
     if bf16:
         set_param(root, "train.save_dtype", "bfloat16")
-    commit(root, "a short benchmark")
+    commit(root, "a short benchmark, one GGUF type")
     proc = sh(["dvc", "repro"], root, timeout=1500)
     if bf16:  # cast by our module in MaxText's process; convert_out, its check and evaluate read them back
         assert "train.cast: stages.in_maxtext.cast_params done" in proc.stdout, proc.stdout[-3000:]
