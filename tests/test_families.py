@@ -295,6 +295,11 @@ def test_tiny_family_runs_the_whole_pipeline(workspace, recipe):
     # (And one GGUF type a family, each check reading the 150k-262k-token vocabulary ~10 s:
     # tiny_run checks both of the recipe's on Gemma 3.)
     set_param(root, "gguf.types", ["f16"] if recipe == "tiny-qwen3" else ["q8_0"])
+    # (And the held-out losses from training's own evaluations at its first and last step, as the
+    # TPU recipes do: evaluate then starts no MaxText process. tiny_run has evaluate compute them.)
+    steps = yaml.safe_load((root / "params.yaml").read_text())["train"]["steps"]
+    set_param(root, "train.eval_interval", steps)
+    set_param(root, "runtime.data_workers", 1)  # (in-training evaluations need grain's worker)
     bf16 = recipe == "tiny-qwen3"  # one family's run publishes its final parameters in bf16 (train.save_dtype)
     if bf16:
         set_param(root, "train.save_dtype", "bfloat16")
@@ -306,6 +311,7 @@ def test_tiny_family_runs_the_whole_pipeline(workspace, recipe):
     assert check["passed"] and check["top1_agreement"] >= 0.99, check
     heldout = json.loads((root / "metrics" / "eval.json").read_text())["eval"]
     assert heldout["fine_tuned_loss"] < heldout["base_loss"] - 0.5, heldout
+    assert heldout["loss_from"] == "training", heldout
     base, export = root / "models" / "base-hf", root / "models" / "sft-hf"
     base_names = json.loads((base / "model.safetensors.index.json").read_text())["weight_map"]
     assert set(json.loads((export / "model.safetensors.index.json").read_text())["weight_map"]) == set(base_names)
