@@ -118,14 +118,32 @@ class Worker:
     log_path: str
 
 
-def oom_kills() -> int | None:
-    """How many processes the kernel's out-of-memory killer has ended on this machine since it
-    booted, in any cgroup (/proc/vmstat, Linux 4.13 on); None where the kernel does not say."""
+def oom_counters(pid: int | str = "self") -> list[str]:
+    """The files in which the kernel counts the processes its out-of-memory killer ended in the
+    process's memory cgroup (cgroup v1's memory.oom_control, v2's memory.events: any OOM kill,
+    a cgroup's limit or the whole machine's), or /proc/vmstat's machine-wide count where the
+    process's cgroup cannot be read."""
+    files = []
     try:
-        with open("/proc/vmstat") as f:
-            return next((int(line.split()[1]) for line in f if line.startswith("oom_kill ")), None)
-    except OSError:
-        return None
+        with open(f"/proc/{pid}/cgroup") as f:
+            for line in f:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if controllers == "memory":
+                    files.append(f"/sys/fs/cgroup/memory{path}/memory.oom_control")
+                elif controllers == "":
+                    files += [f"/sys/fs/cgroup{path}/memory.events", f"/sys/fs/cgroup/unified{path}/memory.events"]
+    except (OSError, ValueError):
+        pass
+    return [f for f in files if os.path.exists(f)] or ["/proc/vmstat"]
+
+
+def oom_kills(counter: str) -> int:
+    """The count in one of oom_counters' files (0 where it cannot be read)."""
+    try:
+        with open(counter) as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("oom_kill ")), 0)
+    except (OSError, ValueError):
+        return 0
 
 
 def memory_advice(stage: str, params: dict) -> str:
@@ -224,7 +242,9 @@ def run_workers(
         flush=True,
     )
     started = time.monotonic()
-    oom_kills_before = oom_kills()
+    # Each counter the children are counted in, as it stood before they could be killed: the
+    # stage's own cgroup now, a child's when first seen (a child may have moved to another).
+    oom_before = {c: oom_kills(c) for c in oom_counters()}
     children, peaks = [], {}
     with contextlib.ExitStack() as files:
         for worker in workers:
@@ -253,6 +273,8 @@ def run_workers(
                     pass
                 for child in children:  # (the last reading before a kill: the kernel's victim leaves none)
                     peaks[child.pid] = max(peaks.get(child.pid, 0), high_water_mark(child.pid))
+                    for counter in oom_counters(child.pid) if child.poll() is None else []:
+                        oom_before.setdefault(counter, oom_kills(counter))
                 failed = next((w for w, c in zip(workers, children, strict=True) if c.poll() not in (None, 0)), None)
                 # A full disk under an asynchronous checkpoint save does not end MaxText: the
                 # save's thread fails and the train loop waits on it forever (measured,
@@ -277,7 +299,8 @@ def run_workers(
         if code in (-signal.SIGTERM, -signal.SIGINT):
             raise Interrupted(f"{module} stopped by {signal.Signals(-code).name} after {elapsed:.0f} s")
         # (128 + 9: a worker started through a shell, which reports its child's SIGKILL so.)
-        if code in (-signal.SIGKILL, 128 + signal.SIGKILL) and on_oom and (oom_kills() or 0) > (oom_kills_before or 0):
+        killed_for_memory = any(oom_kills(c) > before for c, before in oom_before.items())
+        if code in (-signal.SIGKILL, 128 + signal.SIGKILL) and on_oom and killed_for_memory:
             peak = peaks.get(children[workers.index(failed)].pid, 0)
             raise MaxTextFailed(out_of_memory(module, elapsed, peak, progress_every, on_oom), failed.log_path)
         full, path = out_of_disk(failed.log_path)
