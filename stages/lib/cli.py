@@ -80,11 +80,7 @@ def run(main, stage: str) -> None:
             raise
         from stages.lib import hardware
 
-        where = (
-            f" writing {e.filename} ({hardware.free_bytes(e.filename) / 1e9:.2f} GB free there now)"
-            if e.filename
-            else ""
-        )
+        where = hardware.writing_on_full_disk(e.filename)
         print(f"{stage}: failed: out of disk space{where}. {hardware.FULL_DISK_ADVICE}", file=sys.stderr, flush=True)
         sys.exit(1)
     except (KeyboardInterrupt, Interrupted) as e:

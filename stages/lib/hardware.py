@@ -127,6 +127,11 @@ def free_bytes(path: str) -> int:
     return shutil.disk_usage(_existing(path)).free
 
 
+def writing_on_full_disk(path: str | None) -> str:
+    """ " writing PATH (N GB free there now)", the part of a full-disk line that names where ("" for no path)."""
+    return f" writing {path} ({free_bytes(path) / 1e9:.2f} GB free there now)" if path else ""
+
+
 def same_filesystem(a: str, b: str) -> bool:
     """Whether two local paths (existing or not yet) are on one filesystem (hard links work)."""
     return (

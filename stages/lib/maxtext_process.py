@@ -194,8 +194,7 @@ def out_of_disk(log_path: str) -> tuple[bool, str | None]:
 
 def disk_full(module: str, elapsed: float, path: str | None, advice: str) -> str:
     """The one line for a MaxText process that stopped on a full disk."""
-    where = f" writing {path} ({hardware.free_bytes(path) / 1e9:.2f} GB free there now)" if path else ""
-    return f"{module} ran out of disk space after {elapsed:.0f} s{where}. {advice}"
+    return f"{module} ran out of disk space after {elapsed:.0f} s{hardware.writing_on_full_disk(path)}. {advice}"
 
 
 def run(

@@ -188,16 +188,16 @@ class Workdir:
         half-written (Orbax's `<step>.orbax-checkpoint-tmp*`, never a resume point) and all but
         the newest `keep` whole ones: on a full disk, that is the room the next save needs.
         Under the directory's lock (a running trainer's save is not half-written). Returns
-        what it deleted. Local only: on GCS a step is done by its marker, not its name, and
+        the half-written ones it deleted. Local only: on GCS a step is done by its marker, not its name, and
         Orbax's own clean-up handles the rest."""
         if self.on_gcs or not os.path.isdir(self.checkpoints):
             return []
         with self.lock():
             left = [n for n in os.listdir(self.checkpoints) if not n.isdigit() and ".orbax-checkpoint-tmp" in n]
-            old = [str(s) for s in self.complete_steps()[:-keep]]
-            for name in left + old:
+            for name in left:
                 self.fs.rm(f"{self.checkpoints}/{name}", recursive=True)
-        return left + old
+            self.prune(keep)
+        return left
 
     def prune(self, keep: int) -> None:
         """Deletes all but the newest `keep` complete checkpoints."""
