@@ -265,3 +265,31 @@ def test_a_cpu_machine_helping_a_one_chip_run_converts_on_its_cpu(project_4b, mo
     monkeypatch.setattr(hardware, "tpu_chips_present", lambda: 8)
     p["runtime"]["check_hardware"] = False
     assert "hardware=cpu" not in flags.convert_in(p, "out").args  # the chips are here: used
+
+
+def test_a_run_on_gs_writes_its_tensorboard_events_on_the_machine(project_4b, tmp_path):
+    """Scratch on gs://: Tunix's TensorBoard events go beside the local metrics file, because
+    tensorboardX's retried uploads to gs:// fail with 412 once a bucket drops an answer and took
+    the checkpoint save with them (stages/in_maxtext/local_events.py). Scratch on this machine:
+    MaxText's own place, in the working directory."""
+    import subprocess
+    import sys
+
+    p = project_4b
+    p["preference"]["enabled"] = True
+    for build in (flags.train, flags.preference):
+        on_gcs = build(p, "gs://bucket/scratch/train-x", "/work/.scratch/train-x/metrics.jsonl", "s")
+        assert on_gcs.setup.events_dir == "/work/.scratch/train-x/tensorboard", build
+        assert build(p, "/work/.scratch/train-x", "/work/.scratch/train-x/metrics.jsonl", "s").setup.events_dir is None
+    # What main.py installs for it: Tunix's backends then write there, not to the gs:// log_dir
+    # MaxText gives them (a subprocess: the patch is process-wide).
+    events = tmp_path / "events"
+    code = (
+        "import sys; from stages.in_maxtext import local_events; from tunix.sft import metrics_logger;"
+        "local_events.install(sys.argv[1]);"
+        "[b.close() for b in metrics_logger.MetricsLoggerOptions(log_dir='gs://nowhere/tb/').create_backends()]"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, str(events)], cwd=REPO, check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}
+    )
+    assert [f.name.startswith("events.out.tfevents.") for f in events.iterdir()] == [True]

@@ -2,9 +2,17 @@
 job of two JAX processes (hardware.hosts 2), started by the stage through the same worker line a
 TPU slice's workers run (stages/lib/launch.py, `bash -c` in place of gcloud's ssh), every
 input and checkpoint on gs:// (fake-gcs-server). Two processes with one CPU device each must
-train exactly as one process with two devices: measured bit-identical (train: 12 steps,
-preference tuning with ORPO: 8, each across a killed worker and its resume), so the
-comparison is exact."""
+train exactly as one process with two devices: measured bit-identical (train: 12 steps across a
+killed worker and its resume; preference tuning with ORPO: 8 steps), so the comparison is exact.
+
+The one-process reference training reaches the bucket through a flaky one (testkit/flaky_proxy.py:
+429s, 503s and connections dropped before and halfway through answers), its compilation
+cache on gs:// too, as a spot VM's run meets GCS under load: it must complete through the
+clients' retries and end bit for bit as the two processes did on a bucket that never failed.
+(A share of 4% + 2% here, for the suite's time: each retry waits a backoff. The proxy's rolls
+are seeded: at these shares its first 153 requests already hold each kind of fault, and the
+training's reference makes hundreds. 20% + 10% through a whole tiny run: bench/flaky_bucket.py,
+docs/resume.md.)"""
 
 import json
 import time
@@ -12,11 +20,12 @@ import time
 import numpy as np
 import psutil
 import pytest
-from test_faults import Repro, flat_params, wait_for_session_to_end
+from test_faults import Repro, wait_for_session_to_end
 
+from testkit.flaky_proxy import FAULTS, FlakyProxy
 from testkit.gcs_server import GcsServer, running
 from testkit.gcs_server import client_env as gcs_env
-from testkit.workspace import clone_workspace, commit, set_param, sh, stages_run
+from testkit.workspace import clone_workspace, commit, flat_params, set_param, sh, stages_run
 
 pytestmark = pytest.mark.slow
 BUCKET = "multihost-tests"
@@ -37,6 +46,13 @@ SETTINGS = {
 def gcs(tmp_path_factory):
     with running(tmp_path_factory.mktemp("gcs"), BUCKET) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def flaky(gcs):
+    """The same bucket, reached through a proxy that fails a share of requests."""
+    with FlakyProxy(gcs.url, fail_share=0.04, reset_share=0.02) as proxy:
+        yield proxy
 
 
 # Preference tuning of that SFT model (stages/preference.py): 8 steps of one pair a device
@@ -61,6 +77,8 @@ def workspaces(tiny_run, tmp_path_factory):
         root = clone_workspace(tiny_run, tmp_path_factory.mktemp(f"{name}-process"))
         for key, value in {**SETTINGS, "hardware.hosts": hosts}.items():
             set_param(root, key, value)
+        if name == "one":  # (through the flaky bucket: its compiled programs on gs:// too)
+            set_param(root, "runtime.compile_cache_dir", f"gs://{BUCKET}/jax-cache")
         commit(root, f"train as {hosts} process(es), scratch on gs://")
         out[name] = root
     return out
@@ -110,11 +128,14 @@ def assert_same_weights(ours, reference) -> None:
     assert differing == [], f"{len(differing)} arrays differ from the one-process run, e.g. {differing[:3]}"
 
 
-def test_two_processes_train_as_one_process_with_two_devices_and_survive_a_killed_worker(workspaces, gcs):
+def test_two_processes_train_as_one_process_with_two_devices_and_survive_a_killed_worker(workspaces, gcs, flaky):
     cloud = gcs_env(gcs)
-    # The reference: one process, two CPU devices, the same global batch (2 x per-device 1).
+    # The reference: one process, two CPU devices, the same global batch (2 x per-device 1),
+    # through the flaky bucket.
     one, two = workspaces["one"], workspaces["two"]
-    sh(["dvc", "repro", "train"], one, **cloud, **ONE_PROCESS_TWO_DEVICES)
+    sh(["dvc", "repro", "train"], one, **gcs_env(flaky), **ONE_PROCESS_TWO_DEVICES)
+    print(f"faults injected: {dict(flaky.injected)}; requests passed: {flaky.passed}")
+    assert set(flaky.injected) == set(FAULTS), flaky.injected  # each kind met, and retried
 
     # --dry-run: each worker's exact command, validated by MaxText; no credential in any.
     dry = sh(["python", "-m", "stages.train", "--dry-run"], two, **cloud, HF_TOKEN=TOKEN)
@@ -142,7 +163,12 @@ def test_two_processes_train_as_one_process_with_two_devices_and_survive_a_kille
     assert json.loads(sh(["dvc", "status", "--json", "train"], two).stdout) == {}
 
 
-def test_two_processes_preference_tune_as_one_process_with_two_devices_and_survive_a_killed_worker(workspaces, gcs):
+def test_two_processes_preference_tune_as_one_process_with_two_devices(workspaces, gcs):
+    """ORPO from the SFT model each workspace trained above, as one job of two processes, uninterrupted.
+    (A worker killed and resumed is the training's, above: the same launcher, the same failure
+    line and Orbax's same restore; each host's pairs after a resume: tests/test_preference.py.
+    The suite's time: this test with its own kill and a reference through the flaky bucket took
+    ~470 s of the suite on a 2-core machine.)"""
     cloud = gcs_env(gcs)
     one, two = workspaces["one"], workspaces["two"]
     for root in (one, two):
@@ -151,17 +177,12 @@ def test_two_processes_preference_tune_as_one_process_with_two_devices_and_survi
         commit(root, "preference tuning on")
     sh(["dvc", "repro", "preference"], one, **cloud, **ONE_PROCESS_TWO_DEVICES)
 
-    # Worker 1 of the two-process train_dpo job is killed once checkpoint 4 is on gs://.
-    out = kill_worker_1_after(gcs, Repro(two, "preference", name="two-process-preference", **cloud), "preference", 4)
+    proc = sh(["dvc", "repro", "preference"], two, **cloud)
+    out = proc.stdout + proc.stderr
+    assert "preference: running" in out and "on 2 workers" in out, out[-3000:]
     assert stages_run(out)[-1] == "preference", out[-3000:]
     staged = gcs.objects(BUCKET, "scratch/")
     assert any("/inputs/sft-maxtext-" in n and n.endswith("/params/_METADATA") for n in staged)  # the SFT model
-
-    # Run again: it resumes from checkpoint 4, each host's pairs after the 4 its steps used.
-    proc = sh(["dvc", "repro", "preference"], two, **cloud)
-    out = proc.stdout + proc.stderr
-    assert "preference: resuming at step 4: 312 pairs of the stream left" in out, out[-3000:]
-    assert "staged the SFT model" not in out  # uploaded once
     ours, reference = (root / "models" / "preference-maxtext" / "params" for root in (two, one))
     assert_same_weights(ours, reference)
     run_summary = json.loads((two / "dvclive-preference" / "metrics.json").read_text())["run"]

@@ -251,6 +251,12 @@ def _training(params: dict, staged: Staged | None = None) -> list[str]:
     ]
 
 
+def events_here(output_dir: str, metrics_file: str) -> dict:
+    """Setup's events_dir for a run whose working directory is on gs://: its TensorBoard events
+    beside its metrics file, on the machine (stages/in_maxtext/local_events.py says why)."""
+    return {"events_dir": os.path.join(os.path.dirname(metrics_file), "tensorboard")} if "://" in output_dir else {}
+
+
 def train(
     params: dict, output_dir: str, metrics_file: str, train_file: str, staged: Staged | None = None
 ) -> Invocation:
@@ -270,7 +276,16 @@ def train(
         *checkpoint_storage(params),
         *profiler(params),
     ]
-    return Invocation(TRAIN_SFT, args, setup(params, served_chat=served(params), fetch=staged.fetch if staged else {}))
+    return Invocation(
+        TRAIN_SFT,
+        args,
+        setup(
+            params,
+            served_chat=served(params),
+            fetch=staged.fetch if staged else {},
+            **events_here(output_dir, metrics_file),
+        ),
+    )
 
 
 def preference_data(p: dict, train_file: str | None = None, staged: Staged | None = None) -> list[str]:
@@ -337,7 +352,9 @@ def preference(
         f"metrics_file={metrics_file}",
         *checkpoint_storage(params),
     ]
-    return Invocation(TRAIN_DPO, args, setup(params, fetch=staged.fetch if staged else {}))
+    return Invocation(
+        TRAIN_DPO, args, setup(params, fetch=staged.fetch if staged else {}, **events_here(output_dir, metrics_file))
+    )
 
 
 def profiler(params: dict) -> list[str]:
@@ -545,6 +562,14 @@ def heldout(
 FIT_KEYS = ("per_device_batch_size", "gradient_accumulation_steps", "max_target_length", "remat_policy")
 
 
+# An ahead-of-time compile's environment, on a machine with chips too: JAX sets
+# TPU_SKIP_MDS_QUERY itself only where it finds no chips; on a TPU VM the compile must not wait
+# on the metadata server or the slice's other workers either. No TPU is used, so it does not
+# take libtpu's single-process lock: the check must work beside a training run holding the TPU
+# (or a test process that loaded libtpu).
+AHEAD_OF_TIME_ENV = {"TPU_WORKER_HOSTNAMES": "localhost", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1", "TPU_SKIP_MDS_QUERY": "1"}
+
+
 def fit_check(params: dict, workdir: str, overrides: dict) -> Invocation:
     """MaxText's ahead-of-time compile of the train step for the recipe's TPU topology, run on
     this machine's CPU with libtpu (no TPU needed)."""
@@ -563,12 +588,7 @@ def fit_check(params: dict, workdir: str, overrides: dict) -> Invocation:
             f"gradient_accumulation_steps={t['gradient_accumulation_steps']}",
             f"max_target_length={t['max_target_length']}",
             f"remat_policy={t['remat_policy']}",
-            # No TPU is used, so do not take libtpu's single-process lock: the check must work beside
-            # a training run holding the TPU (or a test process that loaded libtpu).
         ],
         setup(params),
-        # The environment it is tested in, on a machine with chips too: JAX sets
-        # TPU_SKIP_MDS_QUERY itself only where it finds no chips; on a TPU VM the compile must
-        # not wait on the metadata server or the slice's other workers either.
-        env={"TPU_WORKER_HOSTNAMES": "localhost", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1", "TPU_SKIP_MDS_QUERY": "1"},
+        env=AHEAD_OF_TIME_ENV,
     )

@@ -42,6 +42,7 @@ class Setup:
     hf_layout: str = "transformers"  # the tensor-name layout of the HF checkpoint read
     served_chat: bool = False  # the SFT pipeline renders conversations as served (in_maxtext/served_chat.py)
     fetch: dict[str, str] = field(default_factory=dict)  # {gs:// directory: local copy}, made first on each worker
+    events_dir: str | None = None  # training's TensorBoard events here, not on gs:// (in_maxtext/local_events.py)
 
 
 @dataclass(frozen=True)
