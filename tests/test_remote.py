@@ -344,6 +344,30 @@ def test_corrupted_object_is_refused_on_pull(producer, consumer, gcs):
     assert "failed" in proc.stderr.strip().splitlines()[-1]
 
 
+def test_a_byte_changed_in_the_local_cache_is_fetched_again_not_handed_out(consumer):
+    """Bit rot on this machine's disk: a cached object of the export changed in place, its size
+    and time kept, which DVC 3.67 would check out as it is. `tools.remote pull` hashes the
+    objects of what it pulls first, deletes the damaged one, says so, and fetches it again."""
+    export = "models/sft-hf"
+    remote(["pull", export], consumer)
+    pulled = file_hashes(consumer, export)  # (hashed by DVC's verify as they came from the bucket)
+    config = (consumer / export / "config.json").read_bytes()
+    digest = hashlib.md5(config).hexdigest()
+    cached = consumer / ".dvc" / "cache" / "files" / "md5" / digest[:2] / digest[2:]
+    stat = cached.stat()
+    cached.chmod(0o644)
+    cached.write_bytes(config.replace(b"gelu_pytorch_tanh", b"gelu_pytorch_tan_"))  # the same size
+    os.utime(cached, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    shutil.rmtree(consumer / export)  # (say, a checkout of another version and back)
+
+    proc = remote(["pull", export], consumer)
+    assert file_hashes(consumer, export) == pulled
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("remote: ")]
+    assert len(lines) == 1 and f"1 object(s) of {export} in this machine's DVC cache" in lines[0], proc.stderr
+    assert hashlib.md5(cached.read_bytes()).hexdigest() == digest  # the cache is whole again
+    assert "remote: " not in remote(["pull", export], consumer).stderr  # and nothing more to say
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="DVC 3.67's `artifacts get` does not hash what it downloads, verify=true or not: docs/remote.md "

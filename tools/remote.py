@@ -15,9 +15,16 @@ only what is missing, and a killed push leaves no partial object in the bucket).
 includes `--run-cache` (DVC 3 sends its entries but not the uncached metrics files they
 restore, so other machines still re-run stages with metrics;
 docs/remote.md, "Getting the model out").
+
+`pull` first hashes what this machine's DVC cache already holds of the outputs it is asked
+for: DVC 3.67 checks out a cached object without hashing it again, so a byte changed on this
+disk (the object's size and time kept) would be handed out as the output. A damaged object
+is deleted, said in one line, and fetched again from the remote with the rest.
 """
 
+import hashlib
 import io
+import json
 import logging
 import os
 import socket
@@ -25,6 +32,8 @@ import sys
 import threading
 import time
 from urllib.parse import urlsplit
+
+import yaml
 
 from stages.lib.cli import run
 from stages.shared.errors import StageFailed, UserError
@@ -186,6 +195,69 @@ def explain_failure(command: str, name: str, url: str, dvc_said: str = "", cache
     )
 
 
+def cached_objects(object_path, targets: list[str], lock_file: str = "dvc.lock") -> dict[str, dict[str, str]]:
+    """{output path: {md5: its object in the local cache}}, the objects present, for the outputs
+    dvc.lock records that `targets` name (a stage, an output, a path in or above one; every
+    output when none): a directory's own listing and its files'. `object_path`: DVC's own
+    (`repo.cache.local.oid_to_path`)."""
+    if not os.path.exists(lock_file):
+        return {}
+    with open(lock_file) as f:
+        stages = (yaml.safe_load(f) or {}).get("stages", {})
+
+    def named(stage: str, path: str) -> bool:
+        if not targets:
+            return True
+        for t in (t.rsplit(":", 1)[-1].rstrip("/") for t in targets):
+            if t == stage or t == path or path.startswith(t + "/") or t.startswith(path + "/"):
+                return True
+        return False
+
+    found = {}
+    for stage, entry in stages.items():
+        for out in entry.get("outs", []):
+            if "md5" not in out or not named(stage, out["path"]):
+                continue
+            oids = [out["md5"]]
+            listing = object_path(out["md5"])
+            if out["md5"].endswith(".dir") and os.path.exists(listing):
+                with open(listing) as f:
+                    oids += [e["md5"] for e in json.load(f)]
+            found[out["path"]] = {oid: object_path(oid) for oid in oids if os.path.exists(object_path(oid))}
+    return found
+
+
+def damaged(objects: dict[str, dict[str, str]]) -> dict[str, list[str]]:
+    """The objects whose bytes no longer hash to their md5, by output."""
+
+    def md5_of(path: str) -> str:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "md5").hexdigest()
+
+    bad = {
+        out: [p for oid, p in found.items() if md5_of(p) != oid.removesuffix(".dir")] for out, found in objects.items()
+    }
+    return {out: paths for out, paths in bad.items() if paths}
+
+
+def repair_cache(objects: dict[str, dict[str, str]], cache: str) -> bool:
+    """Deletes the damaged ones of `objects` (cached_objects'), saying so; whether any was."""
+    bad = damaged(objects)
+    for paths in bad.values():
+        for path in paths:
+            os.chmod(path, 0o644)  # (DVC keeps its objects read-only)
+            os.unlink(path)
+    if bad:
+        count = sum(len(p) for p in bad.values())
+        print(
+            f"remote: {count} object(s) of {', '.join(sorted(bad))} in this machine's DVC cache ({cache}) no longer "
+            "match their hash (changed on this disk); deleted, fetched again from the remote, and checked out anew",
+            file=sys.stderr,
+            flush=True,
+        )
+    return bool(bad)
+
+
 def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in ("push", "pull", "status"):
         raise UserError("usage: python -m tools.remote push|pull|status [TARGETS...]")
@@ -204,7 +276,10 @@ def main() -> None:
         elif "://" not in config["url"]:  # a local directory (the demo's remote)
             os.makedirs(config["url"], exist_ok=True)
         cache = repo.cache.local_cache_dir
+        ours = cached_objects(repo.cache.local.oid_to_path, targets) if command == "pull" else {}
     args = {"push": ["push", "--run-cache"], "pull": ["pull"], "status": ["status", "--cloud"]}[command]
+    if repair_cache(ours, cache):
+        args.append("--force")  # (a copy checked out from a damaged object is as wrong as the object)
     code = dvc_main(args + targets)
     if code != 0:
         raise explain_failure(command, name, config["url"], said.text, cache)
