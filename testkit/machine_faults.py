@@ -125,8 +125,9 @@ def small_disk(path: Path, megabytes: int):
         subprocess.run(["umount", "-l", str(path)], check=True)
 
 
-def fill(disk: Path) -> Path:
-    """Writes one file until the filesystem holding `disk` is full; returns it (delete it to free the space)."""
+def fill(disk: Path, leave_bytes: int = 0) -> Path:
+    """Writes one file until the filesystem holding `disk` is full, then gives `leave_bytes` back;
+    returns it (delete it to free the space)."""
     filler = disk / "filler"
     with open(filler, "wb", buffering=0) as f:
         try:
@@ -134,4 +135,6 @@ def fill(disk: Path) -> Path:
                 f.write(b"\0" * (1 << 20))
         except OSError:  # ENOSPC: full
             pass
+    if leave_bytes:
+        os.truncate(filler, max(0, filler.stat().st_size - leave_bytes))
     return filler

@@ -1,6 +1,7 @@
-"""Nothing lost, nothing wrong: training killed right after a checkpoint and while one is
-being written (and, in the suite's grid, between checkpoints on a preempted VM: tests/
-test_experiments.py) resumes where it stopped and ends bit-identical to an uninterrupted run;
+"""Nothing lost, nothing wrong: training killed right after a checkpoint, killed for memory,
+and stopped by a full disk while a checkpoint is being written (and, in the suite's grid,
+between checkpoints on a preempted VM: tests/test_experiments.py) resumes where it stopped and
+ends bit-identical to an uninterrupted run;
 conversions killed mid-write never leave an output DVC could take as complete; a second `dvc
 repro` in a workspace where one runs is refused (during the kill test's first run). (Two runs
 of the recipe from scratch agreeing: the grid's, whose shared stages run from nothing, and
@@ -19,7 +20,7 @@ import pytest
 import yaml
 
 from testkit import machine_faults
-from testkit.workspace import clone_workspace, commit, env, set_param, sh, stages_run, train_losses
+from testkit.workspace import clone_workspace, commit, env, flat_params, set_param, sh, stages_run, train_losses
 
 pytestmark = pytest.mark.slow
 
@@ -121,31 +122,17 @@ def live_steps(root: Path) -> list[int]:
         return []  # not written yet, or a row being written
 
 
-def flat_params(checkpoint: Path) -> dict:
-    from stages.in_maxtext.merge_lora import restore_numpy
-
-    out = {}
-
-    def walk(node, prefix):
-        for key, value in node.items():
-            if isinstance(value, dict):
-                walk(value, f"{prefix}{key}/")
-            else:
-                out[prefix + key] = np.asarray(value)
-
-    walk(restore_numpy(str(checkpoint)), "")
-    return out
-
-
 def output_hashes(root: Path) -> dict:
     lock = yaml.safe_load((root / "dvc.lock").read_text())
     return {out["path"]: out["md5"] for stage in lock["stages"].values() for out in stage.get("outs", [])}
 
 
-def test_training_killed_twice_resumes_each_time_and_ends_as_if_never_killed(tiny_run, tmp_path):
-    """In a clone of tiny_run (its inputs cached: only training and what follows it run), a
-    training from step 0 that must end bit for bit as tiny_run's (evaluating every 20 steps, as
-    this run does and tiny_run does not, changes no weight)."""
+def test_training_killed_resumes_and_ends_as_if_never_killed(tiny_run, tmp_path):
+    """In a clone of tiny_run (its inputs cached: only training runs), a training from step 0
+    that must end bit for bit as tiny_run's (evaluating every 20 steps, as this run does and
+    tiny_run does not, changes no weight). (A kill while a checkpoint is being written, which
+    leaves a half-written save behind: the full disk's test below, whose save fails midway; a
+    worker of a two-process job killed: tests/test_multihost.py.)"""
     root = clone_workspace(tiny_run, tmp_path)
     for curve in (root / "dvclive" / "plots" / "metrics").rglob("*.tsv"):
         curve.unlink()  # tiny_run's own: every step this test reads is this run's
@@ -153,13 +140,13 @@ def test_training_killed_twice_resumes_each_time_and_ends_as_if_never_killed(tin
     assert steps == 40
     set_param(root, "train.checkpoint_period", 10)  # another digest than tiny_run's: its own working directory
     set_param(root, "runtime.keep_checkpoints", 2)
-    set_param(root, "train.eval_interval", 20)  # held-out loss at steps 0, 20 and 40, across the kills
+    set_param(root, "train.eval_interval", 20)  # held-out loss at steps 0, 20 and 40, across the kill
     set_param(root, "runtime.data_workers", 1)  # (in-training evaluations need grain's worker)
     commit(root, "checkpoints every 10 steps, evaluations every 20")
 
-    # 1. Right after the first checkpoint; only DVC is killed (say, the SSH session dropped):
-    #    the stage and MaxText must follow it rather than train on as orphans.
-    run = Repro(root, "convert_out", name="run1")
+    # Right after the first checkpoint; only DVC is killed (say, the SSH session dropped): the
+    # stage and MaxText must follow it rather than train on as orphans.
+    run = Repro(root, "train", name="run1")
     run.wait_for(lambda: "Running stage 'train'" in run.output(), "train running")
     second_repro_is_refused(root)  # meanwhile: another `dvc repro` here is refused, and this one goes on
     run.wait_for(lambda: 10 in complete_checkpoints(root), "checkpoint 10")
@@ -167,38 +154,22 @@ def test_training_killed_twice_resumes_each_time_and_ends_as_if_never_killed(tin
     assert "resuming at step" not in run.output()
     assert not (root / "models" / "sft-maxtext").exists()
 
-    # 2. While checkpoint 30 is being written (SIGKILL to everything, as a lost VM does). A
-    #    kill between checkpoints, by SIGTERM to everything (a Ctrl-C, a stopped service, a
-    #    spot VM's preemption notice), is the suite's grid's (tests/test_experiments.py), on another VM.
-    run = Repro(root, "convert_out", name="run2")
+    # The next run resumes from the newest complete checkpoint and finishes.
+    run = Repro(root, "train", name="run2")
     run.wait_for(lambda: "resuming at step 10:" in run.output(), "a resume at step 10")
     # DVCLive's files hold the steps so far while the run goes on, the killed run's included.
-    run.wait_for(lambda: max(live_steps(root), default=0) >= 25, "DVCLive's step 25")
+    run.wait_for(lambda: max(live_steps(root), default=0) >= 15, "DVCLive's step 15")
     assert set(range(1, 10)) <= set(live_steps(root))
-    run.wait_for(
-        lambda: any(n.startswith("30.") for n in checkpoint_names(root)), "checkpoint 30 being written", every=0.01
-    )
-    run.kill(signal.SIGKILL)
-    names = checkpoint_names(root)
-    assert "30" not in names and any(n.startswith("30.") for n in names), names  # killed mid-save
-    assert complete_checkpoints(root)[-1] == 20, names
-    assert not (root / "models" / "sft-maxtext").exists()
-
-    # The last run resumes from the newest complete checkpoint and finishes.
-    run = Repro(root, "convert_out", name="run3")
     output = run.finish()
-    assert "resuming at step 20:" in output
-    # Nothing before train ran again (preference, off, runs after it: its input changed; it writes its note)
-    assert stages_run(output) == ["train", "preference", "convert_out"]
+    assert stages_run(output) == ["train"]
     assert not list((root / ".scratch").glob("train-*")), "scratch is cleaned after a successful run"
-    for stage in ("train", "convert_out"):  # dvc.lock matches the outputs
-        assert json.loads(sh(["dvc", "status", "--json", stage], root).stdout) == {}
+    assert json.loads(sh(["dvc", "status", "--json", "train"], root).stdout) == {}  # dvc.lock matches the outputs
     losses = train_losses(root)
     logged = sorted(losses)
     assert logged[-1] == steps
     # Every step of the last run. (A kill can lose a step's metrics line but not its training:
     # checkpoint 10 may be written before MaxText logs step 10, and the resume starts at 11.)
-    assert set(range(21, steps + 1)) <= set(logged) and len(logged) >= steps - 3, logged
+    assert set(range(11, steps + 1)) <= set(logged) and len(logged) >= steps - 3, logged
     assert json.loads((root / "dvclive" / "metrics.json").read_text())["run"]["steps"] == steps
 
     # Same data order, same optimizer state: the weights are those of the uninterrupted run
@@ -212,14 +183,12 @@ def test_training_killed_twice_resumes_each_time_and_ends_as_if_never_killed(tin
         if not np.array_equal(resumed[k], uninterrupted[k])
     }
     assert differing == {}, f"resumed run differs from the uninterrupted one (max abs diff per array): {differing}"
-    # The held-out curve too continues across the kills: each evaluation once.
+    # The held-out curve too continues across the kill: each evaluation once.
     evals = (root / "dvclive" / "plots" / "metrics" / "eval" / "loss.tsv").read_text().splitlines()[1:]
     assert [int(line.split("\t")[0]) for line in evals] == [0, 20, 40], evals
-    # ... and so is every loss either run logged, from step 1, and the export (not MaxText's own
-    # checkpoint: Orbax's OCDBT files are not byte-reproducible, random names, timestamps).
+    # ... and so is every loss either run logged, from step 1.
     reference = train_losses(tiny_run.path)
     assert {s: reference[s] for s in logged} == losses
-    assert output_hashes(root)["models/sft-hf"] == output_hashes(tiny_run.path)["models/sft-hf"]
 
     # evaluate takes the held-out losses this training computed at steps 0 and 40 and starts
     # no MaxText process; they are what evaluate computes on the same weights where training
@@ -263,6 +232,9 @@ def test_training_killed_for_memory_then_stopped_by_a_full_disk_resumes_each_tim
         assert not (root / "models" / "sft-maxtext").exists()
         return said[0]
 
+    def log_end() -> str:  # (for an assertion's message: what MaxText said last)
+        return (root / "logs" / "train.log").read_text(errors="replace")[-6000:]
+
     # (a tiny checkpoint is ~0.35 GB; the stage asks for room for keep_checkpoints + 1 before it starts)
     with machine_faults.small_disk(disk, 1300), machine_faults.memory_group() as group:
         run = Repro(root, "train", name="oom")
@@ -282,9 +254,13 @@ def test_training_killed_for_memory_then_stopped_by_a_full_disk_resumes_each_tim
         run = Repro(root, "train", name="disk-full")
         run.wait_for(lambda: f"train: resuming at step {last}:" in run.output(), f"a resume at step {last}")
         run.wait_for(lambda: str(last + 4) in steps_on_disk(), f"checkpoint {last + 4}")
-        filler = machine_faults.fill(disk)
+        # Room left for the steps' metrics lines (a few hundred bytes each), not for a checkpoint:
+        # the next save is what meets the full disk. (Filled to the last byte, the disk failed a
+        # metrics line first in one run of the suite: MaxText then exits by itself,
+        # tests/test_full_disk.py.)
+        filler = machine_faults.fill(disk, leave_bytes=4 << 20)
         said = failure(run)
-        assert "ran out of disk space after" in said and f"writing {disk}/train-" in said, said
+        assert "ran out of disk space after" in said and f"writing {disk}/train-" in said, said + "\n" + log_end()
         assert re.search(r"A checkpoint needs ~0\.\d\d GB, 3 at once", said) and "`dvc repro` resumes" in said, said
         half_written = [n for n in steps_on_disk() if not n.isdigit()]
         assert half_written, steps_on_disk()  # the save it stopped
