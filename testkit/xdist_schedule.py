@@ -22,11 +22,11 @@ SAME_WORKER = {
 LONGEST_FIRST = [
     "test_small.py",
     "test_faults.py",
-    "test_tpu_recipe.py",
     "test_experiments.py",
     "test_multihost.py",
     "test_preference.py",
     "test_remote.py",
+    "test_tpu_recipe.py",
     "test_pipeline.py",
     "test_tiny_family_runs_the_whole_pipeline",
     # Not long, but last in file order they left one worker ~100 s alone at the end (2026-12-06).

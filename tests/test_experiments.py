@@ -12,9 +12,19 @@ import sys
 
 import pytest
 import yaml
-from test_faults import flat_params, output_hashes
+from test_faults import output_hashes
 
-from testkit.workspace import AS_RECIPE, EXPERIMENTS, GRID, apply, sh, sha256s, stages_run, train_losses
+from testkit.workspace import (
+    AS_RECIPE,
+    EXPERIMENTS,
+    GRID,
+    apply,
+    flat_params,
+    sh,
+    sha256s,
+    stages_run,
+    train_losses,
+)
 from tools.grid import shared_stages
 
 pytestmark = pytest.mark.slow
@@ -57,11 +67,11 @@ def test_the_grid_runs_every_variant_on_two_workers_and_the_users_clone_shows_th
     assert set(EXPERIMENTS) <= set(rows), rows.keys()
     for name in EXPERIMENTS:
         train = rows[name]["params"]["params.yaml"]["train"]
-        lr = float(re.search(r"lr([0-9e.-]+)$", name).group(1))
-        assert train["learning_rate"] == lr and train["lora"]["enabled"] is not name.startswith("no-"), (name, train)
+        assert train["learning_rate"] == 1e-3 and train["lora"]["enabled"] is (name == "lora"), (name, train)
         assert rows[name]["metrics"]["metrics/eval.json"]["eval"]["fine_tuned_loss"] > 0
-    # Every worker ran something (none sat out the grid).
-    assert all("done in" in log for log in experiments.worker_logs.values()), experiments.said[-3000:]
+    # Every worker that was not preempted finished something (none sat out the grid).
+    finished = {w: log for w, log in experiments.worker_logs.items() if w != experiments.preempted}
+    assert all("done in" in log for log in finished.values()), experiments.said[-3000:]
 
 
 def test_the_shared_stages_ran_once_in_all(experiments):
@@ -138,7 +148,7 @@ def test_a_finished_variant_is_published_not_trained_again_on_another_vm(experim
 
 def test_two_experiments_differ_in_their_param_and_metrics(experiments):
     rows = exp_rows(experiments.root)
-    a, b = rows["no-lora-lr5e-3"], rows["lora-lr5e-3"]
+    a, b = rows["no-lora"], rows["lora"]
     assert a["params"]["params.yaml"]["train"]["lora"]["enabled"] is False
     assert b["params"]["params.yaml"]["train"]["lora"]["enabled"] is True
     for row in (a, b):
@@ -181,7 +191,7 @@ def test_lora_variant_trains_exports_and_loads(experiments):
     import transformers
 
     root = experiments.root
-    apply(root, "lora-lr5e-3")
+    apply(root, "lora")
     assert (root / "models" / "sft-maxtext" / "lora").is_dir() and (root / "models" / "sft-maxtext" / "params").is_dir()
     check = json.loads((root / "metrics" / "export_check.json").read_text())["export"]
     assert check["passed"]  # the merged export reproduces MaxText's base + adapter, unmerged

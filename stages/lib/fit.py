@@ -52,13 +52,22 @@ def raise_if_out_of_memory(log_text: str) -> None:
         raise DoesNotFit(line.split("RESOURCE_EXHAUSTED:", 1)[1].strip()[:300])
 
 
-def parse(log_text: str, hbm_bytes: float) -> dict:
-    """Per-chip memory from a successful compile's log."""
+def memory_analysis(log_text: str) -> dict[str, int] | None:
+    """XLA's memory analysis of a compile (bytes by kind, and `total`: what a chip holds while
+    the step runs), or None when the log has none."""
     line = next((ln for ln in log_text.splitlines() if ln.startswith("Memory analysis:")), None)
     if line is None:
-        raise StageFailed("the compile finished without a memory analysis")
+        return None
     s = {k: int(v) for k, v in STATS.findall(line)}
-    total = s["argument"] + s["output"] + s["temp"] - s["alias"] + s["generated_code"]
+    return {**s, "total": s["argument"] + s["output"] + s["temp"] - s["alias"] + s["generated_code"]}
+
+
+def parse(log_text: str, hbm_bytes: float) -> dict:
+    """Per-chip memory from a successful compile's log."""
+    s = memory_analysis(log_text)
+    if s is None:
+        raise StageFailed("the compile finished without a memory analysis")
+    total = s["total"]
     report = {
         "fits": total <= hbm_bytes,
         "per_chip_gib": {
