@@ -25,7 +25,7 @@ With `gguf.types: []` it writes models/gguf/README.md alone (a note, the same by
 import os
 import time
 
-from stages.lib import gates, gguf_export, hardware, outputs, paths
+from stages.lib import gates, gguf_export, gguf_reading, hardware, outputs, paths
 from stages.lib.cli import run
 from stages.lib.params import load
 from stages.shared import checkpoint, families
@@ -120,16 +120,17 @@ def check(path: str, model, reference: list, prompts: list, limits: dict, tokeni
     the file's must match, or None to skip that check."""
     from stages.shared.logits import summary
 
-    try:
-        logits, read = read_back(path, model, prompts)
-    except (ValueError, KeyError, OSError, RuntimeError, IndexError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise StageFailed(f"the GGUF check failed: transformers cannot read {path} back ({first[:200]})") from None
-    figures = summary(reference, logits, limits["tie_margin"])
-    problems = [f"config: {d}" for d in config_differences(read, model.config)]
-    problems += gates.logit.threshold_failures(figures, limits)
-    if tokenizer_of:
-        problems += [f"tokenizer: {d}" for d in tokenizer_differences(path, tokenizer_of)]
+    with gguf_reading.one_parse_per_file():  # (the tensors' read and the tokenizer's two: one parse)
+        try:
+            logits, read = read_back(path, model, prompts)
+        except (ValueError, KeyError, OSError, RuntimeError, IndexError) as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise StageFailed(f"the GGUF check failed: transformers cannot read {path} back ({first[:200]})") from None
+        figures = summary(reference, logits, limits["tie_margin"])
+        problems = [f"config: {d}" for d in config_differences(read, model.config)]
+        problems += gates.logit.threshold_failures(figures, limits)
+        if tokenizer_of:
+            problems += [f"tokenizer: {d}" for d in tokenizer_differences(path, tokenizer_of)]
     return figures, problems
 
 

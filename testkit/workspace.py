@@ -7,6 +7,7 @@ workspaces with the same functions (python -m bench.run).
 """
 
 import csv
+import functools
 import hashlib
 import json
 import os
@@ -73,7 +74,8 @@ def dry_run_args(stdout: str) -> list[str]:
     return shlex.split(" ".join(line.removesuffix("\\") for line in lines[: last + 1]))
 
 
-def project_files() -> list[str]:
+@functools.cache  # (the checkout does not change during a test run)
+def project_files() -> tuple[str, ...]:
     out = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
         cwd=REPO,
@@ -81,16 +83,20 @@ def project_files() -> list[str]:
         text=True,
         check=True,
     ).stdout
-    return [f for f in out.split("\0") if f and (REPO / f).is_file() and not f.startswith(RUN_RESULTS)]
+    return tuple(f for f in out.split("\0") if f and (REPO / f).is_file() and not f.startswith(RUN_RESULTS))
 
 
 def copy_project(root: Path, recipe: str = "tiny", compile_cache: Path | None = None) -> Path:
     """The project's files copied into root, switched to `recipe`, committed to a new git
     repository (so DVC experiments work). Also bench/'s fresh workspaces."""
+    from tools.recipe import params_text
+
     for f in project_files():
         (root / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / f, root / f)
-    sh([sys.executable, "-m", "tools.recipe", recipe], root)
+    # What `python -m tools.recipe RECIPE` writes there (tests/test_recipes.py runs the tool
+    # itself), without a Python process of its own for each of the suite's workspaces.
+    (root / "params.yaml").write_text(params_text(recipe))
     if compile_cache:
         set_param(root, "runtime.compile_cache_dir", str(compile_cache))
     sh(["git", "init", "-q", "-b", "main"], root)

@@ -18,14 +18,17 @@ SAME_WORKER = {
     **dict.fromkeys(["test_plots.py", "test_publish.py", "test_export.py", "test_secrets.py"], "test_pipeline.py"),
 }
 # The longest files first (minutes, measured), so that the two workers end together. The
-# second needs no tiny_run: it runs while the first worker builds it.
+# second needs no tiny_run: it runs while the first worker builds it. test_remote.py (DVC
+# processes, waits on a stopped server) between the grid and the two-process jobs, each of
+# which runs two or three JAX processes at once: side by side, five or six on two cores, each
+# took ~100 s longer (2026-12-06).
 LONGEST_FIRST = [
     "test_small.py",
     "test_faults.py",
     "test_experiments.py",
+    "test_remote.py",
     "test_multihost.py",
     "test_preference.py",
-    "test_remote.py",
     "test_tpu_recipe.py",
     "test_pipeline.py",
     "test_tiny_family_runs_the_whole_pipeline",

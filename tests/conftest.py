@@ -27,6 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from testkit.built_once import built_once, run_dir
 from testkit.gcs_server import client_env, reached, running
@@ -51,6 +52,11 @@ pytest_plugins = ["testkit.xdist_schedule"]
 # Tests that read checkpoints load JAX in this process; keep it off libtpu (installed for the
 # fit check), whose lock would otherwise stop every later process that loads it.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# No test machine is a Google Cloud VM: gcsfs, finding no credentials for a gs:// path, would
+# otherwise ask the metadata server for a VM's, with retries (14 s a first gs:// filesystem,
+# measured), before falling back to anonymous access. Tests that reach a bucket reach the
+# emulator with its own client environment (testkit/gcs_server.py).
+os.environ.setdefault("NO_GCE_CHECK", "true")
 
 
 @pytest.fixture(scope="session")
@@ -145,7 +151,13 @@ def small_run(workspace, tmp_path_factory) -> SimpleNamespace:
     def build() -> dict:
         root = workspace("small-run", recipe="small")
         set_param(root, "gguf.types", ["q8_0"])  # (the suite's time: f16 is checked on the tiny models)
-        commit(root, "one GGUF type")
+        # The held-out losses from training's own evaluations at its first and last step, as
+        # small-chat-v5e-1 takes them on the chip: evaluate then loads no model (the suite's
+        # time: its MaxText process took 85 s here). evaluate's own computation runs in tiny_run,
+        # and the two agree on the same weights (tests/test_faults.py's kill test).
+        set_param(root, "train.eval_interval", yaml.safe_load((root / "params.yaml").read_text())["train"]["steps"])
+        set_param(root, "runtime.data_workers", 1)  # (in-training evaluations need grain's worker)
+        commit(root, "one GGUF type; the held-out losses from training's evaluations")
         run = run_pipeline(root)
         return {"path": str(run.path), "output": run.output, "seconds": run.seconds}
 

@@ -13,6 +13,7 @@ import golden
 import pytest
 from test_families import assert_gguf_round_trip
 
+from stages.lib import gguf_reading
 from stages.lib.dvc_yaml import stage_names
 from testkit.workspace import REPO, clone_workspace, set_param, stages_run, train_losses
 
@@ -44,7 +45,7 @@ def test_the_dequantized_checkpoint_computes_what_the_gguf_does(small_run, tmp_p
         return_dict=True,
     )["input_ids"]
     assert ids[0, 0].item() == tokenizer.bos_token_id
-    with torch.no_grad():
+    with torch.no_grad(), gguf_reading.one_parse_per_file():  # (transformers' two reads of the file: one parse)
         ours = transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)(input_ids=ids).logits
         gguf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=MODEL_NAME, dtype=torch.float32)(
             input_ids=ids
@@ -64,8 +65,11 @@ def test_the_real_model_exports_a_gguf_that_reads_back_as_the_export(small_run):
 
 
 def test_the_held_out_loss_is_a_real_models_and_falls(small_run):
-    """A random model starts near ln(262144) = 12.5 nats; a pretrained one on chat text a few."""
+    """A random model starts near ln(262144) = 12.5 nats; a pretrained one on chat text a few.
+    (Training's own evaluations at steps 0 and 20, as small-chat-v5e-1's on the chip: the
+    suite's small run asks for them, tests/conftest.py.)"""
     heldout = json.loads((small_run.path / "metrics" / "eval.json").read_text())["eval"]
+    assert heldout["loss_from"] == "training", heldout
     assert 0.5 < heldout["base_loss"] < 6, heldout
     assert heldout["fine_tuned_loss"] < heldout["base_loss"] - 0.2, heldout
 
@@ -125,6 +129,7 @@ def test_the_golden_curve_tells_a_changed_learning_rate(small_run, tmp_path):
 
     root = clone_workspace(small_run, tmp_path)
     set_param(root, "train.learning_rate", 5.0e-4)
+    set_param(root, "train.eval_interval", 0)  # (no held-out pass before step 1: the small run's, not needed here)
     (root / "dvclive" / "plots" / "metrics" / "train" / "loss.tsv").unlink()  # the small run's own
     run = Repro(root, "--no-run-cache", "train", name="lr-5x")  # trained, never restored
     run.wait_for(lambda: len(live_steps(root)) >= 3, "step 3 of the 5x learning rate", every=1)

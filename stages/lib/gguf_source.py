@@ -28,6 +28,7 @@ import os
 import struct
 from dataclasses import dataclass
 
+from stages.lib import gguf_reading
 from stages.shared.checkpoint import CheckpointError
 
 MAGIC = b"GGUF"
@@ -216,7 +217,8 @@ def dequantize(path: str, out_dir: str, family) -> None:
 
     directory, name = os.path.split(os.path.abspath(path))
     try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
+        with gguf_reading.one_parse_per_file():  # (its config's read and its tensors': one parse)
+            model = transformers.AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
     except (ValueError, RuntimeError, KeyError, OSError, struct.error) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise CheckpointError(
