@@ -68,14 +68,31 @@ def copy_of_good(f16_file, tmp_path) -> str:
     return path
 
 
-def edit(path: str, tensor: str, change) -> None:
-    """Changes one tensor's data in the file, in place (the layout and header untouched)."""
+@pytest.fixture(scope="module")
+def places(f16_file) -> dict:
+    """Where each tensor's data and each metadata value lie in the good file (byte offset,
+    dtype, shape), from one parse by gguf's own reader: each test then damages its copy at
+    those bytes. (A parse walks Gemma 3's 262,144-word vocabulary, ~10 s; one per edit cost
+    the suite ~30 s.)"""
     import gguf
 
-    reader = gguf.GGUFReader(path, "r+")
-    (found,) = [t for t in reader.tensors if t.name == tensor]
-    change(found.data)  # a view of the file, mapped read-write
-    del reader
+    reader = gguf.GGUFReader(f16_file)
+
+    def place(view) -> tuple[int, np.dtype, tuple]:  # a view of the file's map: its offset in the file
+        return view.ctypes.data - reader.data.ctypes.data, view.dtype, view.shape
+
+    found = {t.name: place(t.data) for t in reader.tensors}
+    found.update({name: place(f.parts[f.data[0]]) for name, f in reader.fields.items() if len(f.data) == 1})
+    return found
+
+
+def edit(path: str, where: tuple, change) -> None:
+    """Changes one tensor's data or metadata value in the file, in place (the layout untouched)."""
+    offset, dtype, shape = where
+    data = np.memmap(path, dtype=dtype, mode="r+", offset=offset, shape=shape)
+    change(data)
+    data.flush()
+    del data
 
 
 def test_bf16_reads_back_within_its_limits(gemma, tmp_path):
@@ -85,7 +102,7 @@ def test_bf16_reads_back_within_its_limits(gemma, tmp_path):
     assert figures["kl_max"] <= LIMITS["bf16"]["max_kl"] / 10, figures  # well inside: the limit is no floor
 
 
-def test_two_swapped_heads_are_refused(gemma, copy_of_good):
+def test_two_swapped_heads_are_refused(gemma, copy_of_good, places):
     path = copy_of_good
     head = gemma.model.config.head_dim
 
@@ -94,30 +111,29 @@ def test_two_swapped_heads_are_refused(gemma, copy_of_good):
         data[:head] = data[head : 2 * head]
         data[head : 2 * head] = first
 
-    edit(path, "blk.0.attn_q.weight", swap)
+    edit(path, places["blk.0.attn_q.weight"], swap)
     figures, problems = gemma.check(path)
     assert any("KL" in p for p in problems), figures
 
 
-def test_a_norm_stored_as_transformers_holds_it_is_refused(gemma, copy_of_good):
+def test_a_norm_stored_as_transformers_holds_it_is_refused(gemma, copy_of_good, places):
     path = copy_of_good
 
     def without_llama_cpp_offset(data):
         data[:] = data - 1  # w instead of 1 + w: what a converter that forgets Gemma's norm convention writes
 
-    edit(path, "blk.3.ffn_norm.weight", without_llama_cpp_offset)
+    edit(path, places["blk.3.ffn_norm.weight"], without_llama_cpp_offset)
     figures, problems = gemma.check(path)
     assert any("KL" in p for p in problems), figures
 
 
-def test_a_changed_metadata_value_is_refused(gemma, copy_of_good):
-    import gguf
-
+def test_a_changed_metadata_value_is_refused(gemma, copy_of_good, places):
     path = copy_of_good
-    reader = gguf.GGUFReader(path, "r+")
-    field = reader.fields["gemma3.attention.sliding_window"]
-    field.parts[field.data[0]][0] = 4096  # llama.cpp would attend past the model's window
-    del reader
+
+    def widen(value):
+        value[0] = 4096  # llama.cpp would attend past the model's window
+
+    edit(path, places["gemma3.attention.sliding_window"], widen)
     _, problems = gemma.check(path)
     assert problems and all(p.startswith("config: sliding_window") for p in problems), problems
 
