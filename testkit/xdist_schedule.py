@@ -29,6 +29,8 @@ LONGEST_FIRST = [
     "test_remote.py",
     "test_multihost.py",
     "test_preference.py",
+    # Its 4B recipe's benchmarks (~100-275 s), last in file order, ran alone at the end (2026-12-06).
+    "test_benchmark.py",
     "test_tpu_recipe.py",
     "test_pipeline.py",
     "test_tiny_family_runs_the_whole_pipeline",
