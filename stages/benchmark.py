@@ -385,6 +385,7 @@ def run_hf(params: dict, tasks: list[dict], task_dir: str) -> tuple[dict, dict, 
         # float32 whatever the checkpoint holds: a host CPU computes bf16 (the exports' dtype)
         # without native support, ~2.5x slower than float32 here; both models then compute alike.
         # (The small recipe's stage, alone on 2 cores: 208 -> 147 s, the same scores; 2026-12-06.)
+        # Twice bf16's memory, one model at a time: docs/benchmarks.md, "Benchmarks".
         model = families.language_model(model_dir, params.model.maxtext_name, torch.float32)
         tokenizer = tokenizer_of(model_dir)
         print(f"benchmark: {who}: greedy answers to {len(b['prompts'])} prompts (transformers)", flush=True)

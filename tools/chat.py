@@ -26,14 +26,11 @@ from stages.shared.errors import UserError
 
 
 def load_model(model_dir: str, model_name: str):
-    import torch
     import transformers
 
     if not os.path.exists(os.path.join(model_dir, "config.json")):
         raise UserError(f"{model_dir}: no model there; run `dvc repro` (or `dvc pull convert_out`) first")
-    # float32: on a host CPU a bf16 export computes ~2.5x slower (stages/benchmark.py, run_hf)
-    model = families.language_model(model_dir, model_name, torch.float32)
-    return model, transformers.AutoTokenizer.from_pretrained(model_dir)
+    return families.language_model(model_dir, model_name), transformers.AutoTokenizer.from_pretrained(model_dir)
 
 
 def answer(model, tokenizer, messages: list[dict], args, end_of_turn: str, out=sys.stdout) -> str:
