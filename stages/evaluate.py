@@ -36,7 +36,7 @@ PREFERENCE_TUNED = "preference_tuned"
 
 def from_training(params: dict) -> dict | None:
     """The held-out losses training computed at step 0 and at its last step, as
-    heldout.heldout_losses reports them, or None where it did not compute both, or computed
+    heldout.heldout_loss reports them, or None where it did not compute both, or computed
     them on conversations rendered otherwise than as served (train.chat_rendering)."""
     t = params.train
     logged = train_metrics.logged_evals()

@@ -32,67 +32,38 @@ REQUEST = contract.HeldOut
 BATCH_KEYS = ("inputs", "inputs_position", "inputs_segmentation", "targets", "targets_position", "targets_segmentation")
 
 
-def read_once(batches: list | None, config, mesh, keys) -> list[dict]:
-    """The eval file's batches through MaxText's input pipeline (`config`'s data flags), read
-    the first time and kept for the next checkpoints: they read the same rows, and each read
-    loads the tokenizer and builds the pipeline again (Gemma 3's 262,144 words: seconds a load;
-    five reads were ~25 s of a tiny preference run's evaluation, 2026-12-06)."""
+def heldout_loss(maxtext_args: list[str], checkpoint: str) -> dict:
     import jax
-    from maxtext.input_pipeline import hf_data_processing
-
-    if batches is None:
-        batches = [
-            {k: batch[k] for k in keys}
-            for batch in hf_data_processing.make_hf_eval_iterator(config, mesh, [jax.process_index()])
-        ]
-    return batches
-
-
-def loss_step(config):
-    """MaxText's training loss on one batch, dropout off: (loss, the batch's target tokens)."""
     from flax import nnx
-    from maxtext.trainers.pre_train.train import loss_fn
-
-    @nnx.jit
-    def step(model, batch):
-        loss, aux = loss_fn(model, config, batch, dropout_rng=None, params=None, is_train=False)
-        return loss, aux["total_weights"]
-
-    return step
-
-
-def heldout_losses(maxtext_args: list[str], checkpoints: dict[str, str]) -> dict[str, dict]:
-    """Each checkpoint's held-out loss (see the module docstring), the eval file read once."""
-    import jax
     from flax.core.spmd import logical_axis_rules
     from maxtext.configs import pyconfig
+    from maxtext.input_pipeline import hf_data_processing
+    from maxtext.trainers.pre_train.train import loss_fn
     from maxtext.utils import model_creation_utils
 
-    batches, out = None, {}
-    for name, checkpoint in checkpoints.items():
-        argv = ["heldout", *maxtext_args, f"load_parameters_path={checkpoint}", "eval_interval=1", "eval_steps=-1"]
-        config = pyconfig.initialize_pydantic(argv)
-        model, mesh = model_creation_utils.from_pretrained(config)
-        losses, weight = [], 0
-        with jax.set_mesh(mesh), logical_axis_rules(config.logical_axis_rules):
-            batches = read_once(batches, config, mesh, BATCH_KEYS)
-            step = loss_step(config)
-            for batch in batches:  # one pass over the eval file
-                loss, w = step(model, dict(batch))  # a fresh dict: loss_fn edits it
-                losses.append(float(loss))
-                weight += int(w)
-        loss = sum(losses) / max(len(losses), 1)  # as Tunix averages its evaluation (eval/avg_loss)
-        out[name] = {"loss": loss, "perplexity": math.exp(min(loss, 50.0)), "target_tokens": weight}
-        print(f"evaluation: {name}: {out[name]}", flush=True)
-    return out
+    argv = ["heldout", *maxtext_args, f"load_parameters_path={checkpoint}", "eval_interval=1", "eval_steps=-1"]
+    config = pyconfig.initialize_pydantic(argv)
+    model, mesh = model_creation_utils.from_pretrained(config)
+    losses, weight = [], 0
+    with jax.set_mesh(mesh), logical_axis_rules(config.logical_axis_rules):
+        batches = hf_data_processing.make_hf_eval_iterator(config, mesh, [jax.process_index()])
+
+        @nnx.jit
+        def step(model, batch):
+            loss, aux = loss_fn(model, config, batch, dropout_rng=None, params=None, is_train=False)
+            return loss, aux["total_weights"]
+
+        for batch in batches:  # one pass: the eval iterator ends with the data
+            loss, w = step(model, {k: batch[k] for k in BATCH_KEYS})  # a fresh dict: loss_fn edits it
+            losses.append(float(loss))
+            weight += int(w)
+    loss = sum(losses) / max(len(losses), 1)  # as Tunix averages its evaluation (eval/avg_loss)
+    return {"loss": loss, "perplexity": math.exp(min(loss, 50.0)), "target_tokens": weight}
 
 
-PAIR_KEYS = ("prompt_ids", "prompt_mask", "chosen_ids", "chosen_mask", "rejected_ids", "rejected_mask")
-
-
-def pair_logps(maxtext_args: list[str], checkpoints: dict[str, str]) -> dict[str, tuple[list[float], list[float]]]:
+def pair_logps(maxtext_args: list[str], checkpoint: str) -> tuple[list[float], list[float]]:
     """Each held-out pair's summed log-probability of its chosen and of its rejected answer
-    under each checkpoint: MaxText's DPO input pipeline (prompt left-padded, answers
+    under the checkpoint: MaxText's DPO input pipeline (prompt left-padded, answers
     right-padded, as train_dpo reads them) and Tunix's `compute_logps` on the inputs its
     DPOTrainer builds (`_prepare_inputs`: the prompt with each answer, in one batch)."""
     import jax
@@ -100,47 +71,40 @@ def pair_logps(maxtext_args: list[str], checkpoints: dict[str, str]) -> dict[str
     import numpy as np
     from flax.core.spmd import logical_axis_rules
     from maxtext.configs import pyconfig
-    from maxtext.input_pipeline import tokenizer
+    from maxtext.input_pipeline import hf_data_processing, tokenizer
     from maxtext.utils import model_creation_utils
     from tunix.rl import common
     from tunix.sft.dpo import dpo_trainer
 
-    batches, pad_id, out = None, None, {}
-    for name, checkpoint in checkpoints.items():
-        argv = ["pairs", *maxtext_args, f"load_parameters_path={checkpoint}", "eval_interval=1", "eval_steps=-1"]
-        config = pyconfig.initialize_pydantic(argv)
-        if pad_id is None:
-            pad_id = tokenizer.build_tokenizer(config.tokenizer_path, config.tokenizer_type, False, False, None).pad_id
-        model, mesh = model_creation_utils.from_pretrained(
-            config, wrap_with_tunix_adapter=True, tokenizer_pad_id=pad_id
-        )
-        chosen, rejected = [], []
-        with jax.set_mesh(mesh), logical_axis_rules(config.logical_axis_rules):
-            batches = read_once(batches, config, mesh, PAIR_KEYS)
-            for batch in batches:
-                real = np.asarray(batch["prompt_mask"]).sum(axis=1) > 0  # the last batch's filler rows have none
-                prompt_ids = jnp.concatenate([batch["prompt_ids"]] * 2, axis=0)
-                prompt_mask = jnp.concatenate([batch["prompt_mask"]] * 2, axis=0)
-                completion_ids = jnp.concatenate([batch["chosen_ids"], batch["rejected_ids"]], axis=0)
-                completion_mask = jnp.concatenate([batch["chosen_mask"], batch["rejected_mask"]], axis=0)
-                input_ids = jnp.concatenate([prompt_ids, completion_ids], axis=1)
-                mask = jnp.concatenate([prompt_mask, completion_mask], axis=1)
-                if hasattr(model, "get_attention_mask"):
-                    attention_mask = model.get_attention_mask(input_ids, inputs_mask=mask)
-                else:
-                    attention_mask = common.make_causal_attn_mask(mask)
-                c, r = dpo_trainer.compute_logps(
-                    model,
-                    input_ids,
-                    common.build_positions_from_mask(mask),
-                    attention_mask,
-                    completion_ids.shape[1],
-                    completion_mask,
-                )
-                chosen += np.asarray(c)[real].tolist()
-                rejected += np.asarray(r)[real].tolist()
-        out[name] = (chosen, rejected)
-    return out
+    argv = ["pairs", *maxtext_args, f"load_parameters_path={checkpoint}", "eval_interval=1", "eval_steps=-1"]
+    config = pyconfig.initialize_pydantic(argv)
+    pad_id = tokenizer.build_tokenizer(config.tokenizer_path, config.tokenizer_type, False, False, None).pad_id
+    model, mesh = model_creation_utils.from_pretrained(config, wrap_with_tunix_adapter=True, tokenizer_pad_id=pad_id)
+    chosen, rejected = [], []
+    with jax.set_mesh(mesh), logical_axis_rules(config.logical_axis_rules):
+        for batch in hf_data_processing.make_hf_eval_iterator(config, mesh, [jax.process_index()]):
+            real = np.asarray(batch["prompt_mask"]).sum(axis=1) > 0  # the last batch's filler rows have none
+            prompt_ids = jnp.concatenate([batch["prompt_ids"]] * 2, axis=0)
+            prompt_mask = jnp.concatenate([batch["prompt_mask"]] * 2, axis=0)
+            completion_ids = jnp.concatenate([batch["chosen_ids"], batch["rejected_ids"]], axis=0)
+            completion_mask = jnp.concatenate([batch["chosen_mask"], batch["rejected_mask"]], axis=0)
+            input_ids = jnp.concatenate([prompt_ids, completion_ids], axis=1)
+            mask = jnp.concatenate([prompt_mask, completion_mask], axis=1)
+            if hasattr(model, "get_attention_mask"):
+                attention_mask = model.get_attention_mask(input_ids, inputs_mask=mask)
+            else:
+                attention_mask = common.make_causal_attn_mask(mask)
+            c, r = dpo_trainer.compute_logps(
+                model,
+                input_ids,
+                common.build_positions_from_mask(mask),
+                attention_mask,
+                completion_ids.shape[1],
+                completion_mask,
+            )
+            chosen += np.asarray(c)[real].tolist()
+            rejected += np.asarray(r)[real].tolist()
+    return chosen, rejected
 
 
 def preference_scores(logps: dict, reference: str, algorithm: str, beta: float) -> dict:
@@ -171,10 +135,12 @@ def run(request: contract.HeldOut, maxtext_flags: list[str], setup: contract.Set
     flags.FLAGS(sys.argv[:1])  # Grain's data workers read absl flags, which MaxText's app.run would parse
     report = {"loss": {}}
     if request.pairs:
-        logps = pair_logps(request.pairs_flags, request.pairs)
+        logps = {name: pair_logps(request.pairs_flags, path) for name, path in request.pairs.items()}
         reference = next(iter(request.pairs))
         report["pairs"] = preference_scores(logps, reference, request.algorithm, request.beta)
         print(f"evaluation: pairs: {report['pairs']}", flush=True)
-    report["loss"] = heldout_losses(maxtext_flags, request.checkpoints)
+    for name, path in request.checkpoints.items():
+        report["loss"][name] = heldout_loss(maxtext_flags, path)
+        print(f"evaluation: {name}: {report['loss'][name]}", flush=True)
     with open(request.report, "w") as f:
         json.dump(report, f, indent=2)
