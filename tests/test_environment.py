@@ -90,28 +90,40 @@ def test_the_vllm_lock_runs_the_cpu_locks_harness_and_leaves_torch_to_the_pytorc
 @pytest.mark.slow  # asks PyPI: seconds with uv's cache, longer without
 def test_the_vllm_lock_is_what_its_input_resolves_to_and_installs_on_the_vm(tmp_path):
     """requirements/vllm-tpu.in resolved again for the VM's platform, against PyPI as of the
-    lock's date, without the override: the torch and torchvision it picks are the PyTorch index
-    pins' versions, and every other pin is the lock's but triton (an edit of the .in without a
-    re-lock shows here); then uv finds a distribution for each pin of the lock there without
-    installing anything."""
-    lock_text = (ROOT / "requirements" / "vllm-tpu.lock").read_text()
-    as_of = re.search(r"--exclude-newer (\S+)", lock_text)[1]  # PyPI as it was: releases since change nothing
-    resolved = tmp_path / "resolved.txt"
-    subprocess.run(
-        [*UV, "compile", ROOT / "requirements" / "vllm-tpu.in", *VM_PLATFORM, "--exclude-newer", as_of]
-        + ["-o", resolved, "--quiet"],
-        check=True,
-        capture_output=True,
-    )
-    again, locked = pins(resolved), pins(ROOT / "requirements" / "vllm-tpu.lock")
-    index = pins(ROOT / "requirements" / "vllm-tpu-pytorch-index.txt")
-    assert {name: again[name] for name in index} == {name: v.split("+")[0] for name, v in index.items()}
+    lock's date, with the lock's pins as constraints, comes out as the lock, pin for pin: an edit
+    of the .in without a re-lock shows here, as a package the lock lacks or a version it cannot
+    hold. Without the override, the torch and torchvision that resolution picks are the PyTorch
+    index pins' versions. Then uv finds a distribution for each pin of the lock there without
+    installing anything.
+
+    The lock's pins are constraints, not a free re-resolution compared with the lock, because the
+    registry keeps gaining files dated before the lock's date (lxml 6.2.1 and cryptography 51.0.0
+    appeared under the lock's 2026-12-03 by 12-06): the newest resolution as of a date is not a
+    fixed thing, whether the lock is one of the .in is."""
+    lock = ROOT / "requirements" / "vllm-tpu.lock"
+    as_of = re.search(r"--exclude-newer (\S+)", lock.read_text())[1]  # releases since change nothing
+    locked = pins(lock)
+
+    def resolved(*options) -> dict[str, str]:
+        out = tmp_path / f"resolved{len(options)}.txt"
+        proc = subprocess.run(
+            [*UV, "compile", ROOT / "requirements" / "vllm-tpu.in", *VM_PLATFORM, "--exclude-newer", as_of]
+            + [*options, "-o", out, "--quiet"],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return pins(out)
+
+    assert resolved("--override", ROOT / "requirements" / "tpu-overrides.txt", "-c", lock) == locked
     # triton aside: PyPI's (CUDA) torch pins triton 3.6.0, the CPU build pins none, so in the lock
     # xgrammar's triton is free to be the newest (it never runs on a TPU)
-    assert {name: again.get(name) for name in locked if name != "triton"} == {
-        name: v for name, v in locked.items() if name != "triton"
-    }
-    planned = planned_for_the_vm(ROOT / "requirements" / "vllm-tpu.lock", tmp_path / "t")
+    but_triton = tmp_path / "constraints.txt"
+    but_triton.write_text("".join(f"{name}=={v}\n" for name, v in locked.items() if name != "triton"))
+    again = resolved("-c", but_triton)
+    index = pins(ROOT / "requirements" / "vllm-tpu-pytorch-index.txt")
+    assert {name: again[name] for name in index} == {name: v.split("+")[0] for name, v in index.items()}
+    planned = planned_for_the_vm(lock, tmp_path / "t")
     assert len(planned) == len(locked) and {"vllm-tpu==0.32.0", "lm-eval==0.4.13"} <= planned
 
 
