@@ -96,16 +96,15 @@ def test_the_vllm_lock_is_what_its_input_resolves_to_and_installs_on_the_vm(tmp_
     index pins' versions. Then uv finds a distribution for each pin of the lock there without
     installing anything.
 
-    The lock's pins are constraints, not a free re-resolution compared with the lock, because the
-    registry keeps gaining files dated before the lock's date (lxml 6.2.1 and cryptography 51.0.0
-    appeared under the lock's 2026-12-03 by 12-06): the newest resolution as of a date is not a
-    fixed thing, whether the lock is one of the .in is."""
+    The lock's pins are constraints, not a free re-resolution compared with the lock: the
+    registry keeps gaining files dated before a lock's date (docs/tpu-vm.md), so the newest
+    resolution as of a date moves; whether the lock is one of the .in does not."""
     lock = ROOT / "requirements" / "vllm-tpu.lock"
     as_of = re.search(r"--exclude-newer (\S+)", lock.read_text())[1]  # releases since change nothing
     locked = pins(lock)
 
-    def resolved(*options) -> dict[str, str]:
-        out = tmp_path / f"resolved{len(options)}.txt"
+    def resolved(name: str, *options) -> dict[str, str]:
+        out = tmp_path / f"{name}.txt"
         proc = subprocess.run(
             [*UV, "compile", ROOT / "requirements" / "vllm-tpu.in", *VM_PLATFORM, "--exclude-newer", as_of]
             + [*options, "-o", out, "--quiet"],
@@ -115,12 +114,12 @@ def test_the_vllm_lock_is_what_its_input_resolves_to_and_installs_on_the_vm(tmp_
         assert proc.returncode == 0, proc.stderr
         return pins(out)
 
-    assert resolved("--override", ROOT / "requirements" / "tpu-overrides.txt", "-c", lock) == locked
+    assert resolved("as-locked", "--override", ROOT / "requirements" / "tpu-overrides.txt", "-c", lock) == locked
     # triton aside: PyPI's (CUDA) torch pins triton 3.6.0, the CPU build pins none, so in the lock
     # xgrammar's triton is free to be the newest (it never runs on a TPU)
     but_triton = tmp_path / "constraints.txt"
     but_triton.write_text("".join(f"{name}=={v}\n" for name, v in locked.items() if name != "triton"))
-    again = resolved("-c", but_triton)
+    again = resolved("without-override", "-c", but_triton)
     index = pins(ROOT / "requirements" / "vllm-tpu-pytorch-index.txt")
     assert {name: again[name] for name in index} == {name: v.split("+")[0] for name, v in index.items()}
     planned = planned_for_the_vm(lock, tmp_path / "t")
