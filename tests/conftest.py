@@ -150,10 +150,13 @@ def small_run(workspace, tmp_path_factory) -> SimpleNamespace:
     def build() -> dict:
         root = workspace("small-run", recipe="small")
         set_param(root, "gguf.types", ["q8_0"])  # (the suite's time: f16 is checked on the tiny models)
+        # (And the benchmark on the first 16 items of each task, of 40 and 32: each scoring item is
+        # four forward passes of the 270M per model, ~0.6 s each on 2 cores.)
+        set_param(root, "benchmark.limit", 16)
         # (evaluate computes the held-out losses here. Taken from training's own evaluations at
         # steps 0 and 20 instead, train took 467 s beside the other worker, its two evaluations
         # 112 s of it, against evaluate's 85 s: no saving, 2026-12-06.)
-        commit(root, "one GGUF type")
+        commit(root, "one GGUF type, 16 benchmark items a task")
         run = run_pipeline(root)
         return {"path": str(run.path), "output": run.output, "seconds": run.seconds}
 
@@ -182,7 +185,8 @@ def experiments(workspace, tmp_path_factory) -> SimpleNamespace:
     root: the user's clone; said: the tool's output; grid_id; clones: {worker: its clone};
     logs: {variant: {worker: its output there, every attempt}}; worker_logs: {worker: its
     whole output}; preempted: the preempted worker's name; origin: the git remote; server and
-    cloud: the GCS emulator and its client environment. (On one pytest worker only: SAME_WORKER.)"""
+    cloud: the GCS emulator and its client environment. Training evaluates at its first and
+    last step (train.eval_interval 40). (On one pytest worker only: SAME_WORKER.)"""
     root = workspace("grid-user")
     bucket = "grid"
     with running(tmp_path_factory.mktemp("grid-gcs"), bucket) as server:
@@ -210,6 +214,11 @@ def run_grid(root: Path, server, bucket: str, tmp_path_factory) -> SimpleNamespa
     # What one machine compiled, the next reads (JAX_LOG_COMPILES, below: JAX then logs each hit).
     set_param(root, "runtime.compile_cache_dir", f"gs://{bucket}/jax-cache")
     set_param(root, "runtime.profile_steps", 0)  # (JAX's own GCS client cannot reach the emulator)
+    # Held-out losses from training's own evaluations, at its first and last step (as the TPU
+    # recipes do): the preempted variant's curve continues on the new VM, and evaluate takes
+    # them where tiny_run's computes them, on the same weights (tests/test_experiments.py).
+    set_param(root, "train.eval_interval", 40)
+    set_param(root, "runtime.data_workers", 1)  # (in-training evaluations need grain's worker)
     set_param(root, "benchmark.limit", 2)  # (the suite's time: the benchmark's scores are not what is tested)
     set_param(root, "benchmark.prompts", ["What is 17 plus 25?"])
     set_param(root, "gguf.types", [])  # (no experiment test reads a GGUF: tiny_run and the families check them)

@@ -96,8 +96,10 @@ def test_the_preempted_variant_resumed_on_a_new_vm_and_ended_as_run_here(experim
     """AS_RECIPE is the recipe itself: its spot VM preempted (SIGTERM to everything) after
     checkpoint 20, it resumed on another machine from what gs:// holds, the checkpoints and the
     compiled programs, and must end exactly as tiny_run (this machine, one `dvc repro`, never
-    interrupted) did. With the shared stages from scratch, the grid is also a second run of the
-    recipe from nothing: every output that is not MaxText's own checkpoint is the same file."""
+    interrupted) did: the same weights, the same loss at every step, the same held-out losses
+    (here training's, there evaluate's). With the shared stages from scratch, the grid is also
+    a second run of the recipe from nothing: every output that is not MaxText's own checkpoint
+    is the same file."""
     preempted, resumed_on = experiments.preempted, finisher(experiments, AS_RECIPE)
     assert f"grid: worker {preempted} exited 143" in experiments.said  # gone with its VM: not started again
     assert f"grid worker {preempted}: stopped" in experiments.worker_logs[preempted]
@@ -116,11 +118,22 @@ def test_the_preempted_variant_resumed_on_a_new_vm_and_ended_as_run_here(experim
     )
     assert resumed.keys() == here.keys() and [k for k in resumed if not (resumed[k] == here[k]).all()] == []
     assert train_losses(root) == train_losses(tiny_run.path)
-    for metrics in ("metrics/eval.json", "dvclive/metrics.json"):
-        grid_run, local_run = (json.loads((r / metrics).read_text()) for r in (root, tiny_run.path))
-        if metrics == "dvclive/metrics.json":  # the speed of a run is not its result
-            grid_run, local_run = grid_run["run"]["final_loss"], local_run["run"]["final_loss"]
-        assert grid_run == local_run, metrics
+    grid_run, local_run = (json.loads((r / "dvclive" / "metrics.json").read_text()) for r in (root, tiny_run.path))
+    assert grid_run["run"]["final_loss"] == local_run["run"]["final_loss"]  # (the speed of a run is not its result)
+    # The held-out curve continued across the preemption: each evaluation once (the resumed
+    # run's own at its first step, 20, is not one of the curve's).
+    evals = (root / "dvclive" / "plots" / "metrics" / "eval" / "loss.tsv").read_text().splitlines()[1:]
+    assert [int(line.split("\t")[0]) for line in evals] == [0, 40], evals
+    # evaluate took the held-out losses training computed at steps 0 and 40 and started no
+    # MaxText process; they are what tiny_run's evaluate computed on the same weights (tiny_run:
+    # no in-training evaluation): one quantity, either way.
+    finished = finished_run(experiments, AS_RECIPE)
+    assert "(computed by training)" in finished and "running stages.in_maxtext.heldout" not in finished, finished
+    reused, computed = (json.loads((r / "metrics" / "eval.json").read_text())["eval"] for r in (root, tiny_run.path))
+    assert (reused["loss_from"], computed["loss_from"]) == ("training", "evaluate")
+    for key in ("base_loss", "fine_tuned_loss", "base_perplexity", "fine_tuned_perplexity"):
+        assert reused[key] == pytest.approx(computed[key], rel=1e-5), key
+    assert reused["target_tokens"] == computed["target_tokens"]
     grid_run, local_run = (output_hashes(r) for r in (root, tiny_run.path))
     for path in ("models/base-hf", "data/chat", "data/lengths", "models/sft-hf"):
         assert grid_run[path] == local_run[path], f"{path} differs between two runs from scratch"

@@ -245,6 +245,9 @@ def preference_run(tiny_run, tmp_path_factory):
     set_param(root, "preference.data.max_train_rows", None)
     set_param(root, "preference.enabled", True)
     set_param(root, "gguf.types", [])  # (the suite's time: tiny_run's GGUF is checked in tests/test_gguf_export.py)
+    # (And the benchmark on 2 items a task and one prompt: it runs on the tuned export, its scores are not tested here.)
+    set_param(root, "benchmark.limit", 2)
+    set_param(root, "benchmark.prompts", ["What is 17 plus 25?"])
     on = sh(["dvc", "repro"], root).stdout
     commit(root, "preference tuning on")
     return type("Run", (), {"root": root, "off": off, "on": on, "tiny": tiny_run.path})

@@ -211,21 +211,18 @@ def test_experiment_weights_travel(producer, small_shards, consumer):
     assert len(list((consumer / "models" / "sft-hf").glob("*.safetensors"))) > 2
 
 
-def test_fresh_clone_never_retrains_what_was_trained_elsewhere(producer, small_shards, consumer):
+def test_fresh_clone_never_retrains_what_was_trained_elsewhere(consumer):
     proc = dvc(["repro", "--pull", "--allow-missing"], consumer)
     assert stages_run(proc.stdout) == []
-    # The same change on another machine: never a new training. convert_out and the benchmark
-    # run again: DVC 3 pushes run-cache entries (`--run-cache`) without the uncached metrics
-    # files they would restore, so a stage with metrics cannot be restored from another machine.
-    set_param(consumer, "convert_out.shard_size_mb", 1)
-    set_param(consumer, "gguf.types", [])  # (the suite's time, as in small_shards)
+    # A change after training on another machine: never a new training, only the stage it
+    # changes. (It runs again even where the producer ran it with the same params: DVC 3 pushes
+    # run-cache entries (`--run-cache`) without the uncached metrics files they would restore,
+    # so a stage with metrics cannot be restored from another machine. The benchmark, for the
+    # suite's time: an export made again on another machine is the grid's, tests/test_experiments.py.)
+    set_param(consumer, "benchmark.prompts", ["What is 17 plus 25?"])
     proc = dvc(["repro", "--pull", "--allow-missing"], consumer)
-    ran = stages_run(proc.stdout)
-    assert "train" not in ran and set(ran) <= {"convert_out", "export_gguf", "benchmark"}, proc.stdout[-2000:]
-    assert file_hashes(consumer, "models/sft-hf") == file_hashes(
-        producer, "models/sft-hf"
-    )  # the same export, made again
-    assert len(list((consumer / "models" / "sft-hf").glob("*.safetensors"))) > 2
+    assert stages_run(proc.stdout) == ["benchmark"], proc.stdout[-2000:]
+    assert (consumer / "eval" / "generations.md").read_text().count("## ") == 1
 
 
 def start_push(root: Path, module: bool) -> subprocess.Popen:

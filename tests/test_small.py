@@ -6,6 +6,7 @@ model answers in the chat format, and training follows its golden curve.
     python -m pytest tests/test_small.py     # ~15 minutes on 2 cores
 """
 
+import contextlib
 import json
 import signal
 
@@ -71,16 +72,16 @@ def test_the_held_out_loss_is_a_real_models_and_falls(small_run):
     assert heldout["fine_tuned_loss"] < heldout["base_loss"] - 0.2, heldout
 
 
-def test_the_real_model_is_benchmarked_on_every_item_and_passes_its_gate(small_run):
-    """The benchmark stage on the local tasks, every item (a random model picks a capital one
-    time in four; the pretrained one knows them, and fine-tuning keeps them); the recipe's gate
-    passed, or the run would have failed."""
+def test_the_real_model_is_benchmarked_and_passes_its_gate(small_run):
+    """The benchmark stage on the local tasks, 16 items each (small_run; the recipe: all 40 and
+    32. A random model picks a capital one time in four; the pretrained one knows them, and
+    fine-tuning keeps them); the recipe's gate passed, or the run would have failed."""
     found = json.loads((small_run.path / "metrics" / "benchmark.json").read_text())["benchmark"]
     assert found["chat_capitals"]["base"] >= 0.9, found
     assert found["chat_capitals"]["fine_tuned"] >= found["chat_capitals"]["base"] - 0.1, found
     table = (small_run.path / "eval" / "benchmark.md").read_text()
-    assert "| chat_arithmetic | exact_match,last-number | 0 | yes | 40 |" in table
-    assert "| chat_capitals | acc,none | 0 | yes | 32 |" in table
+    assert "| chat_arithmetic | exact_match,last-number | 0 | yes | 16 |" in table
+    assert "| chat_capitals | acc,none | 0 | yes | 16 |" in table
 
 
 def answers(generations: str) -> dict[str, dict[str, str]]:
@@ -117,19 +118,43 @@ def test_the_small_recipe_loss_is_the_golden_curve(small_run):
     assert golden.mismatches(golden.losses(small_run.path), "small") == []
 
 
-def test_the_golden_curve_tells_a_changed_learning_rate(small_run, tmp_path):
+def test_the_golden_curve_tells_a_changed_learning_rate_and_a_killed_dvc_leaves_no_orphan(small_run, tmp_path):
     """The same training at 5x the recipe's learning rate, in a clone (the base and its
     conversion come from the cache), stopped once it has logged the golden steps (1-3; the
     other 17 would cost minutes and show nothing more): the first step after an update (3)
-    must fail the golden comparison, the two before it not."""
-    from test_faults import Repro, live_steps
+    must fail the golden comparison, the two before it not.
+    It is stopped as a dropped SSH session stops it, SIGKILL to `dvc repro` alone: the stage,
+    MaxText and MaxText's data worker must follow it, so that nothing trains on as an orphan
+    a new `dvc repro` would race (the parent-death signal and the stage's adoption of orphans:
+    stages/lib/cli.py); while it trained, a second `dvc repro` in the workspace was refused.
+    (The resume after a kill: tests/test_faults.py and the grid. This training is stopped
+    anyway: the kill costs the suite no run of its own.)"""
+    from test_faults import Repro, live_steps, second_repro_is_refused
 
     root = clone_workspace(small_run, tmp_path)
     set_param(root, "train.learning_rate", 5.0e-4)
+    set_param(root, "runtime.data_workers", 1)  # (not a stage's input: a data worker to be orphaned by the kill)
     (root / "dvclive" / "plots" / "metrics" / "train" / "loss.tsv").unlink()  # the small run's own
     run = Repro(root, "--no-run-cache", "train", name="lr-5x")  # trained, never restored
+    run.wait_for(lambda: "Running stage 'train'" in run.output(), "train running")
+    second_repro_is_refused(root)  # and this one goes on
     run.wait_for(lambda: len(live_steps(root)) >= 3, "step 3 of the 5x learning rate", every=1)
-    run.kill(signal.SIGKILL)
+    assert data_workers(run.proc.pid), "MaxText started no data worker: the kill would orphan nothing"
+    run.kill(signal.SIGKILL, whole_group=False)  # (and waits for every process of its session to end)
+    assert "resuming at step" not in run.output()
     logged = {step: float(loss) for step, loss in train_losses(root).items() if step <= 3}
     failing = golden.mismatches(logged, "small")
     assert [f.split(":")[0] for f in failing] == ["step 3"], failing  # steps 1 and 2 are logged before any update
+
+
+def data_workers(pid: int) -> list:
+    """The processes MaxText started (grain's worker and multiprocessing's resource tracker;
+    none with runtime.data_workers 0), in the process tree under `pid`."""
+    import psutil
+
+    workers = []
+    for proc in psutil.Process(pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "stages.in_maxtext.main" in " ".join(proc.cmdline()):
+                workers += proc.children()
+    return workers
