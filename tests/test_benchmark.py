@@ -187,6 +187,7 @@ def test_the_tpu_backends_commands_are_what_lm_evals_own_parser_reads():
     commands = [shlex.split(line) for line in out if not line.startswith("#")]
     assert len(commands) == 4  # base and fine-tuned, each with and without the chat template (MMLU: without)
     prompts = load_params(str(REPO / "params.yaml"))["benchmark"]["prompts"]
+    base_commands = []
     for argv, model in zip(commands, ("base-hf", "base-hf", "sft-hf", "sft-hf"), strict=True):
         assert argv[1:4] == ["-m", "lm_eval", "run"]
         args = HarnessCLI()._parser.parse_args(argv[3:])
@@ -194,6 +195,11 @@ def test_the_tpu_backends_commands_are_what_lm_evals_own_parser_reads():
         config = EvaluatorConfig.from_cli(args)
         assert config.model_args["pretrained"].endswith(f"models/{model}")
         assert config.model_args["tensor_parallel_size"] == 8  # the v6e-8's chips
+        as_base = [a.replace("models/sft-hf", "models/base-hf").replace("/fine_tuned-", "/base-") for a in argv]
+        if model == "sft-hf":  # the base's command but for the model and results (lm-eval loads its tasks in ~15 s)
+            assert as_base == base_commands.pop(0), argv
+            continue
+        base_commands.append(as_base)
         manager = config.process_tasks()
         loaded = {name: task.config for name, task in manager.load(config.tasks)["tasks"].items()}
         if not getattr(args, "apply_chat_template", False):
