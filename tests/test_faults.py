@@ -159,6 +159,8 @@ def test_training_killed_for_memory_then_stopped_by_a_full_disk_resumes_each_tim
         run = Repro(root, "train", name="oom")
         group.add(run.proc.pid)  # before DVC starts the stage: MaxText is born in the group
         run.wait_for(lambda: "4" in steps_on_disk(), "checkpoint 4")
+        # The first save is checkpoint_period's, not Orbax's initial one at step 1 (stages/in_maxtext/main.py).
+        assert [n for n in steps_on_disk() if n.isdigit()] == ["4"], steps_on_disk()
         balloon = group.squeeze()
         said = failure(run)
         balloon.wait(timeout=60)

@@ -28,16 +28,16 @@ def test_parameter_counts_from_maxtexts_configs_match_the_published_ones(name, p
     assert abs(plan.language_parameters(dims) - published) / published < 0.001
 
 
-def test_saves_are_step_1_every_period_and_the_end():
-    assert plan.save_steps(1000, 1000) == [1, 1000]
-    assert plan.save_steps(1000, 200) == [1, 200, 400, 600, 800, 1000]
-    assert plan.save_steps(50, 20) == [1, 20, 40, 50]
+def test_saves_are_every_period_and_the_end():
+    assert plan.save_steps(1000, 1000) == [1000]
+    assert plan.save_steps(1000, 200) == [200, 400, 600, 800, 1000]
+    assert plan.save_steps(50, 20) == [20, 40, 50]
 
 
-def test_the_4b_recipe_saves_twice_into_ram_and_fits_the_boot_disk(capsys):
+def test_the_4b_recipe_saves_once_into_ram_and_fits_the_boot_disk(capsys):
     plan.main(["--recipe", "gemma3-4b-v6e-8", "--base-hf", "/nonexistent"])
     out = capsys.readouterr().out
-    assert "checkpoint saves at steps 1, 1000: 2 x 46.6 GB into /dev/shm" in out
+    assert "checkpoint saves at steps 1000: 1 x 46.6 GB into /dev/shm" in out
     assert "does not fit" not in out and "assumed: mfu=0.35" in out
 
 
@@ -54,7 +54,7 @@ def test_a_recipe_whose_base_is_built_here_needs_the_base_model_stage_first():
 def test_the_dpo_recipe_adds_the_preference_stage_and_its_saves(capsys):
     plan.main(["--recipe", "gemma3-4b-v6e-8-dpo", "--base-hf", "/nonexistent"])
     out = capsys.readouterr().out
-    assert "preference" in out and "checkpoint saves at steps 1, 477: 2 x 46.6 GB into /dev/shm" in out
+    assert "preference" in out and "checkpoint saves at steps 477: 1 x 46.6 GB into /dev/shm" in out
     assert "the reference model's forward over every pair, each step" in out
     p = plan.plan(recipe_params("gemma3-4b-v6e-8-dpo"), plan.dimensions(recipe_params("gemma3-4b-v6e-8"), "/x"))
     sft = plan.plan(recipe_params("gemma3-4b-v6e-8"), plan.dimensions(recipe_params("gemma3-4b-v6e-8"), "/x"))

@@ -106,8 +106,9 @@ def language_parameters(d: dict) -> int:
 
 
 def save_steps(steps: int, period: int) -> list[int]:
-    """Where MaxText's SFT saves: step 1 (Orbax's initial save), every `period`, and the end."""
-    return sorted({1, steps, *range(period, steps + 1, period)})
+    """Where MaxText's SFT and DPO save: every `period`, and the end (Orbax's initial save at
+    step 1 is left out by stages/in_maxtext/main.py: no_initial_checkpoint)."""
+    return sorted({steps, *range(period, steps + 1, period)})
 
 
 def _add(a: dict, b: dict) -> dict:
