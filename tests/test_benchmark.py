@@ -259,7 +259,9 @@ def test_benchmarks_land_in_dvc_metrics_rerun_alone_and_gate(tiny_run, tmp_path)
     assert "| chat_arithmetic | exact_match,last-number | 0 | yes | 8 |" in table
 
     root = clone_workspace(tiny_run, tmp_path)
-    proc = sh(["dvc", "exp", "run", "-n", "quick", "-S", "benchmark.limit=4"], root)
+    # (One greedy prompt of the recipe's four in both runs here, for the suite's time: tiny_run's has them all.)
+    one_prompt = "benchmark.prompts=['What is 17 plus 25?']"
+    proc = sh(["dvc", "exp", "run", "-n", "quick", "-S", "benchmark.limit=4", "-S", one_prompt], root)
     assert stages_run(proc.stdout) == ["benchmark"], proc.stdout[-2000:]
     rows = json.loads(sh(["dvc", "exp", "show", "--json"], root).stdout)
     quick = next(r for c in rows for e in c.get("experiments") or [] for r in e["revs"] if r.get("name") == "quick")
@@ -267,6 +269,8 @@ def test_benchmarks_land_in_dvc_metrics_rerun_alone_and_gate(tiny_run, tmp_path)
     assert set(metrics) == {"chat_arithmetic", "chat_capitals"} and "base" in metrics["chat_capitals"]
 
     set_param(root, "benchmark.gate", {"chat_capitals": {"max_drop": None, "min_score": 1.01, "stderrs": None}})
+    set_param(root, "benchmark.limit", 4)
+    set_param(root, "benchmark.prompts", ["What is 17 plus 25?"])
     failed = sh(["dvc", "repro", "benchmark"], root, check=False)
     assert failed.returncode != 0
     line = next(x for x in failed.stderr.splitlines() if x.startswith("benchmark: failed: the benchmark gate failed ("))
