@@ -6,7 +6,6 @@ model answers in the chat format, and training follows its golden curve.
     python -m pytest tests/test_small.py     # ~15 minutes on 2 cores
 """
 
-import contextlib
 import json
 import signal
 
@@ -129,7 +128,7 @@ def test_the_golden_curve_tells_a_changed_learning_rate_and_a_killed_dvc_leaves_
     stages/lib/cli.py); while it trained, a second `dvc repro` in the workspace was refused.
     (The resume after a kill: tests/test_faults.py and the grid. This training is stopped
     anyway: the kill costs the suite no run of its own.)"""
-    from test_faults import Repro, live_steps, second_repro_is_refused
+    from test_faults import Repro, live_steps, second_repro_is_refused, session_members
 
     root = clone_workspace(small_run, tmp_path)
     set_param(root, "train.learning_rate", 5.0e-4)
@@ -139,22 +138,10 @@ def test_the_golden_curve_tells_a_changed_learning_rate_and_a_killed_dvc_leaves_
     run.wait_for(lambda: "Running stage 'train'" in run.output(), "train running")
     second_repro_is_refused(root)  # and this one goes on
     run.wait_for(lambda: len(live_steps(root)) >= 3, "step 3 of the 5x learning rate", every=1)
-    assert data_workers(run.proc.pid), "MaxText started no data worker: the kill would orphan nothing"
+    data_worker = [m for m in session_members(run.proc.pid) if "multiprocessing.spawn" in m]  # grain's
+    assert data_worker, "MaxText started no data worker: the kill would orphan nothing"
     run.kill(signal.SIGKILL, whole_group=False)  # (and waits for every process of its session to end)
     assert "resuming at step" not in run.output()
     logged = {step: float(loss) for step, loss in train_losses(root).items() if step <= 3}
     failing = golden.mismatches(logged, "small")
     assert [f.split(":")[0] for f in failing] == ["step 3"], failing  # steps 1 and 2 are logged before any update
-
-
-def data_workers(pid: int) -> list:
-    """The processes MaxText started (grain's worker and multiprocessing's resource tracker;
-    none with runtime.data_workers 0), in the process tree under `pid`."""
-    import psutil
-
-    workers = []
-    for proc in psutil.Process(pid).children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            if "stages.in_maxtext.main" in " ".join(proc.cmdline()):
-                workers += proc.children()
-    return workers
