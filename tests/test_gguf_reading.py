@@ -67,3 +67,19 @@ def test_a_file_changed_since_its_parse_is_parsed_again(small_gguf, parses):
         assert gguf.GGUFReader(small_gguf) is not before
         assert gguf.GGUFReader(small_gguf, "r+") is not gguf.GGUFReader(small_gguf, "r+")  # writable: never shared
     assert len(parses) == 4
+
+
+def test_the_shared_parse_reads_what_ggufs_own_reader_reads(small_gguf):
+    """The reader made inside the block (its mapping as a plain ndarray) gives gguf's fields,
+    parts and tensors, byte for byte."""
+    stock = gguf.GGUFReader(small_gguf)
+    with one_parse_per_file():
+        shared = gguf.GGUFReader(small_gguf)
+    assert type(shared.data) is np.ndarray and isinstance(stock.data, np.memmap)
+    assert list(shared.fields) == list(stock.fields)
+    for name, field in stock.fields.items():
+        other = shared.fields[name]
+        assert (other.offset, other.data, other.types) == (field.offset, field.data, field.types)
+        assert all(np.array_equal(a, b) for a, b in zip(other.parts, field.parts, strict=True))
+    assert [t.name for t in shared.tensors] == [t.name for t in stock.tensors]
+    assert all(np.array_equal(a.data, b.data) for a, b in zip(shared.tensors, stock.tensors, strict=True))
