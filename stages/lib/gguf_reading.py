@@ -13,6 +13,8 @@ model's dequantization twice.
 (same inode, size and modification time), the reader made for it first: still gguf's reader
 and transformers' own mapping, an independent check of the project's writer, each file parsed
 once. Read-only readers only (mode "r"); outside the block, gguf's reader is gguf's again.
+transformers (5.24, pinned) imports the class from the package at each call (`from gguf import
+GGUFReader` inside `load_gguf_checkpoint`): that name is what this replaces for the block's time.
 
 That one parse is also 3x faster (13.1 -> 4.1 s, the tiny model's Q8_0 file, 2026-12-07): the
 reader maps the file as an `np.memmap`, and each of those views pays numpy's memmap subclass
@@ -20,8 +22,6 @@ reader maps the file as an `np.memmap`, and each of those views pays numpy's mem
 holds the same mapping as a plain ndarray (`memmap.view(np.ndarray)`: the same pages, nothing
 read or copied), so its views are plain ones; gguf's parsing code is unchanged and gives the
 same fields, parts and tensors (tests/test_gguf_reading.py compares them).
-transformers (5.24, pinned) imports the class from the package at each call (`from gguf import
-GGUFReader` inside `load_gguf_checkpoint`): that name is what this replaces for the block's time.
 """
 
 import contextlib
