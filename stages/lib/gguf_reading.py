@@ -46,7 +46,7 @@ def one_parse_per_file():
 
         @data.setter
         def data(self, value):
-            self._mapped = value.view(np.ndarray) if isinstance(value, np.memmap) else value
+            self._mapped = value.view(np.ndarray)  # (gguf's np.memmap; the same pages)
 
     def reader(path, mode="r"):
         if mode != "r":
