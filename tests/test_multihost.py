@@ -2,8 +2,8 @@
 job of two JAX processes (hardware.hosts 2), started by the stage through the same worker line a
 TPU slice's workers run (stages/lib/launch.py, `bash -c` in place of gcloud's ssh), every
 input and checkpoint on gs:// (fake-gcs-server). Two processes with one CPU device each must
-train exactly as one process with two devices: measured bit-identical (train: 12 steps across a
-killed worker and its resume; preference tuning with ORPO: 8 steps), so the comparison is exact.
+train exactly as one process with two devices: measured bit-identical (train: 8 steps across a
+killed worker and its resume; preference tuning with ORPO: 4 steps), so the comparison is exact.
 
 The one-process reference training reaches the bucket through a flaky one (testkit/flaky_proxy.py:
 429s, 503s and connections dropped before and halfway through answers), its compilation
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 BUCKET = "multihost-tests"
 TOKEN = "hf_multihostcanary0123456789"
 SETTINGS = {
-    "train.steps": 12,
+    "train.steps": 8,  # a checkpoint at 4, the kill after it, the resume to 8
     "train.checkpoint_period": 4,
     "train.eval_interval": 0,
     "train.packing": False,  # a host packs its own rows: only unpacked batches are the same rows as one process's
@@ -55,13 +55,13 @@ def flaky(gcs):
         yield proxy
 
 
-# Preference tuning of that SFT model (stages/preference.py): 8 steps of one pair a device
+# Preference tuning of that SFT model (stages/preference.py): 4 steps of one pair a device
 # (one pair a device: a step's pairs are then the same pairs on the same devices either way),
 # with ORPO, train_dpo's other algorithm (DPO runs in tests/test_preference.py).
 PREFERENCE = {
     "preference.enabled": True,
     "preference.algorithm": "orpo",
-    "preference.steps": 8,
+    "preference.steps": 4,
     "preference.checkpoint_period": 4,
     "preference.per_device_batch_size": 1,
 }
@@ -159,7 +159,7 @@ def test_two_processes_train_as_one_process_with_two_devices_and_survive_a_kille
     out = proc.stdout + proc.stderr
     assert "train: resuming at step 4:" in out and "staged the base checkpoint" not in out, out[-3000:]  # uploaded once
     assert_same_weights(two / "models" / "sft-maxtext" / "params", one / "models" / "sft-maxtext" / "params")
-    assert json.loads((two / "dvclive" / "metrics.json").read_text())["run"]["steps"] == 12
+    assert json.loads((two / "dvclive" / "metrics.json").read_text())["run"]["steps"] == 8
     assert json.loads(sh(["dvc", "status", "--json", "train"], two).stdout) == {}
 
 
@@ -186,5 +186,5 @@ def test_two_processes_preference_tune_as_one_process_with_two_devices(workspace
     ours, reference = (root / "models" / "preference-maxtext" / "params" for root in (two, one))
     assert_same_weights(ours, reference)
     run_summary = json.loads((two / "dvclive-preference" / "metrics.json").read_text())["run"]
-    assert run_summary["steps"] == 8 and run_summary["algorithm"] == "orpo"
+    assert run_summary["steps"] == 4 and run_summary["algorithm"] == "orpo"
     assert json.loads(sh(["dvc", "status", "--json", "preference"], two).stdout) == {}
