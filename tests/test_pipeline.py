@@ -57,16 +57,23 @@ def test_metrics_read_at_a_glance(tiny_run):
         "training",
         "held-out",
         "export",
+        "gguf",  # one line per gguf.types: the tiny recipe's f16 and q8_0
+        "gguf",
         "benchmarks",
         "time",
     ]
     assert summary[1].startswith("conversion  passed: max KL")
     assert f"loss {heldout['base_loss']:.3f} (base) -> {heldout['fine_tuned_loss']:.3f} (fine-tuned)" in summary[3]
     assert summary[4].startswith("export      passed: max KL")
+    f16_mb = (tiny_run.path / "models" / "gguf" / "model-F16.gguf").stat().st_size / 1e6
+    assert summary[5].startswith("gguf f16    passed: max KL") and summary[5].endswith(
+        f"; model-F16.gguf, {f16_mb:,.1f} MB"
+    )
+    assert summary[6].startswith("gguf q8_0   passed: max KL") and "; model-Q8_0.gguf, " in summary[6]
     times = json.loads((tiny_run.path / "logs" / "stage_times.json").read_text())
     assert set(times) == ALL_STAGES and all(t >= 0 for t in times.values())  # CPU fit_check: ~0 s
-    assert summary[5].startswith("benchmarks  chat_arithmetic ")
-    assert all(stage in summary[6] for stage in ALL_STAGES)
+    assert summary[7].startswith("benchmarks  chat_arithmetic ")
+    assert all(stage in summary[8] for stage in ALL_STAGES)
 
 
 def _bytes(path, pattern: str = "**/*") -> int:

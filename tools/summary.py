@@ -1,5 +1,5 @@
-"""What the pipeline made, at a glance: the data, the loss before and after, the export check,
-the benchmarks and how long each stage took.
+"""What the pipeline made, at a glance: the data, the loss before and after, the export checks
+(the Hugging Face export and each GGUF file), the benchmarks and how long each stage took.
 
     python -m tools.summary
 
@@ -29,7 +29,8 @@ def duration(seconds: float) -> str:
 
 def gate_line(name: str, figures: dict, limits: dict | None) -> str:
     """One gate's verdict and figures (convert_in's conversion check, convert_out's export
-    check), beside its limits ({"check": ...}) when params.yaml is there to say them."""
+    check, export_gguf's check of one file), beside its limits ({"check": ...}) when params.yaml
+    is there to say them."""
     limit = (lambda key: f" (limit {limits['check'][key]:g})") if limits else (lambda key: "")
     return (
         f"{name:<12s}{'passed' if figures['passed'] else 'FAILED'}: max KL {figures['kl_max']:.2g}{limit('max_kl')}, "
@@ -86,6 +87,13 @@ def lines(found: dict[str, dict], limits: dict | None) -> list[str]:
     export = found.get("metrics/export_check.json", {}).get("export")
     if export:
         out.append(gate_line("export", export, limits and limits["convert_out"]))
+    for kind, figures in found.get("metrics/gguf_check.json", {}).get("gguf", {}).items():
+        # gguf.check's limits for this type, where params.yaml still names it
+        check = limits and limits["gguf"]["check"].get(kind)
+        out.append(
+            gate_line(f"gguf {kind}", figures, check and {"check": check})
+            + f"; {figures['file']}, {figures['bytes'] / 1e6:,.1f} MB"
+        )
     benchmarks = found.get("metrics/benchmark.json", {}).get("benchmark")
     if benchmarks:
         out.append(
@@ -114,6 +122,7 @@ def main() -> None:
         "dvclive-preference/metrics.json",
         "metrics/eval.json",
         "metrics/export_check.json",
+        "metrics/gguf_check.json",
         "metrics/benchmark.json",
         STAGE_TIMES,
     ]
