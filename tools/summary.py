@@ -29,9 +29,9 @@ def duration(seconds: float) -> str:
 
 def gate_line(name: str, figures: dict, limits: dict | None) -> str:
     """One gate's verdict and figures (convert_in's conversion check, convert_out's export
-    check, export_gguf's check of one file), beside its limits ({"check": ...}) when params.yaml
-    is there to say them."""
-    limit = (lambda key: f" (limit {limits['check'][key]:g})") if limits else (lambda key: "")
+    check, export_gguf's check of one file), beside its limits (the params' `check`: max_kl,
+    max_mean_kl) when params.yaml is there to say them."""
+    limit = (lambda key: f" (limit {limits[key]:g})") if limits else (lambda key: "")
     return (
         f"{name:<12s}{'passed' if figures['passed'] else 'FAILED'}: max KL {figures['kl_max']:.2g}{limit('max_kl')}, "
         f"mean KL {figures['kl_mean']:.2g}{limit('max_mean_kl')}, top-1 agreement {figures['top1_agreement']:.4f}"
@@ -54,7 +54,7 @@ def lines(found: dict[str, dict], limits: dict | None) -> list[str]:
         )
     conversion = found.get("metrics/convert_check.json", {}).get("conversion")
     if conversion:
-        out.append(gate_line("conversion", conversion, limits and limits["convert_in"]))
+        out.append(gate_line("conversion", conversion, limits and limits["convert_in"]["check"]))
     run = found.get("dvclive/metrics.json", {}).get("run")
     if run and run.get("steps"):
         out.append(
@@ -86,14 +86,11 @@ def lines(found: dict[str, dict], limits: dict | None) -> list[str]:
             )
     export = found.get("metrics/export_check.json", {}).get("export")
     if export:
-        out.append(gate_line("export", export, limits and limits["convert_out"]))
+        out.append(gate_line("export", export, limits and limits["convert_out"]["check"]))
     for kind, figures in found.get("metrics/gguf_check.json", {}).get("gguf", {}).items():
         # gguf.check's limits for this type, where params.yaml still names it
         check = limits and limits["gguf"]["check"].get(kind)
-        out.append(
-            gate_line(f"gguf {kind}", figures, check and {"check": check})
-            + f"; {figures['file']}, {figures['bytes'] / 1e6:,.1f} MB"
-        )
+        out.append(gate_line(f"gguf {kind}", figures, check) + f"; {figures['file']}, {figures['bytes'] / 1e6:,.1f} MB")
     benchmarks = found.get("metrics/benchmark.json", {}).get("benchmark")
     if benchmarks:
         out.append(
