@@ -1,9 +1,9 @@
 """Stage benchmark: standard benchmarks of the base and the fine-tuned model, with a regression gate.
 
     python -m stages.benchmark
-    python -m stages.benchmark --dry-run   # print the lm-eval commands the TPU backend runs; lm-eval parses them
+    python -m stages.benchmark --dry-run   # what the backend would run: vLLM's lm-eval commands, or MaxText's
 
-lm-evaluation-harness (lm-eval) scores models/base-hf and models/sft-hf on the recipe's
+lm-evaluation-harness (lm-eval) scores the base and the fine-tuned model on the recipe's
 `benchmark.tasks`: each a task of lm-eval's own registry (ifeval, gsm8k, ...; a group such as
 mmlu where its data is a package's) or of assets/benchmarks (local tasks in lm-eval's YAML
 format, their data in the repository), with its few-shot count, the chat template or not,
@@ -13,12 +13,16 @@ package's rows, `max_items` of them per task). Each task is run from a small YAM
 that `include`s the task's own definition and sets only those, so the harness runs its task
 as published; for a generating task in the chat template, the template's end-of-turn marker
 also ends an answer and is cut from the scored text (`max_gen_toks` may cap its length).
-Where it runs (`benchmark.backend`):
-  hf    lm-eval's transformers backend in this process, on the host (CPU recipes; the language
-        model alone, no vision tower)
-  vllm  `lm-eval run --model vllm` on the TPU VM's chips (vllm-tpu; docs/benchmarks.md says what
-        that needs and what is not proven)
-  auto  hf on cpu, vllm on a TPU
+Which checkpoints it scores (`benchmark.checkpoints`): `hf`, models/base-hf and the export
+models/sft-hf; `maxtext`, the pipeline's own MaxText checkpoints, models/base-maxtext and the
+trained parameters (no export needed: the whole loop on a TPU VM without torch). Which backend
+runs lm-eval's requests (`benchmark.backend`, one class each in stages/lib/benchmark_backends.py):
+  hf       lm-eval's transformers backend in this process, on the host (CPU recipes; the
+           language model alone, no vision tower)
+  vllm     `lm-eval run --model vllm` on the TPU VM's chips (vllm-tpu; docs/benchmarks.md says
+           what that needs and what is not proven)
+  maxtext  MaxText's own inference engine in a MaxText process, on the chip (or a CPU)
+  auto     maxtext for maxtext checkpoints; for hf ones, hf on cpu and vllm on a TPU
 On the same loaded models, both models' greedy answers to `benchmark.prompts`
 (stages/lib/answers.py). Writes, the metrics first, so that a failed gate leaves its numbers
 to read:
@@ -34,20 +38,26 @@ carry), or stays under `min_score`, fails the stage with one line naming it.
 """
 
 import functools
-import glob
 import json
-import logging
 import math
 import os
 import shlex
-import subprocess
 import sys
 import tempfile
-import time
 
 import yaml
 
-from stages.lib import answers, benchmark_data, gates, hardware, outputs, paths
+from stages.lib import (
+    answers,
+    benchmark_backends,
+    benchmark_data,
+    flags,
+    gates,
+    hardware,
+    maxtext_process,
+    outputs,
+    paths,
+)
 from stages.lib.cli import run
 from stages.lib.params import load
 from stages.shared import families
@@ -56,17 +66,6 @@ from stages.shared.errors import UserError
 METRICS = os.path.join("metrics", "benchmark.json")
 TABLE = os.path.join("eval", "benchmark.md")
 LOCAL_TASKS = os.path.join("assets", "benchmarks")
-MODELS = {"base": paths.BASE_HF, "fine_tuned": paths.SFT_HF}
-
-
-@functools.cache
-def tokenizer_of(model_dir: str):
-    """The checkpoint's tokenizer, loaded once for everything the stage does with it (the greedy
-    answers, lm-eval's backend, the answers' shares): a load of Gemma 3's 262,144 words takes
-    seconds, a third of the tiny recipe's stage when it was loaded five times (docs/benchmarks.md).
-    Padded on the left, as batched generation needs; lm-eval pads explicitly wherever it pads,
-    and finds the pad token set as it would set it (stages/lib/answers.py)."""
-    return answers.left_padding_tokenizer(model_dir)
 
 
 @functools.cache
@@ -256,182 +255,13 @@ def check_readable(tasks: list[dict], task_dir: str) -> None:
             raise UserError(f"{where}: lm-eval cannot read its data ({type(e).__name__}: {first[:200]})") from None
 
 
-def backend(params: dict) -> str:
-    chosen = params.benchmark.backend
-    if chosen == "auto":
-        return "hf" if hardware.on_cpu(params) else "vllm"
-    return chosen
-
-
-def lm_eval_python(params: dict) -> str:
-    """The interpreter of the vLLM runs: .venv-vllm, vllm-tpu's own locked set (requirements/vllm-tpu.in)."""
-    return params.runtime.lm_eval_python or sys.executable
-
-
-def groups(tasks: list[dict]) -> dict[bool, list[dict]]:
-    """Tasks by whether the chat template applies: lm-eval takes that per run, not per task."""
-    out: dict[bool, list[dict]] = {}
-    for t in tasks:
-        out.setdefault(t["chat_template"], []).append(t)
-    return out
-
-
-def vllm_commands(params: dict, tasks: list[dict], task_dir: str, out_dir: str) -> list[tuple[str, list[str]]]:
-    """(model, argv) of each `lm-eval run --model vllm` the TPU backend runs: one per model and
-    chat-template setting, tensor-parallel over this host's chips, samples logged (the answer
-    shares). The greedy answers are tasks of the chat-template run, on the model vLLM has
-    loaded anyway."""
-    b = params.benchmark
-    tpu = hardware.TPUS.get(params.hardware.kind)
-    chips = tpu.chips_per_host if tpu else 1
-    python = lm_eval_python(params)
-    answer_tasks = [
-        os.path.basename(f)[: -len(".yaml")] for f in answers.write_tasks(b["prompts"], b["max_new_tokens"], task_dir)
-    ]
-    runs = {chat: [t["name"] for t in members] for chat, members in groups(tasks).items()}
-    runs.setdefault(True, []).extend(answer_tasks)
-    commands = []
-    for who, model_dir in MODELS.items():
-        for chat, files in runs.items():
-            argv = [python, "-m", "lm_eval", "run", "--model", "vllm"]
-            model_args = {
-                "pretrained": os.path.abspath(model_dir),
-                "tensor_parallel_size": chips,
-                "dtype": "bfloat16",
-                "max_model_len": b["max_length"],
-            }
-            argv += ["--model_args", ",".join(f"{k}={v}" for k, v in model_args.items())]
-            # The stage's definitions, by name: an include path takes precedence over lm-eval's own.
-            argv += ["--include_path", os.path.abspath(task_dir), "--tasks", *files]
-            argv += ["--batch_size", "auto", "--seed", "0"]
-            argv += ["--log_samples"]  # (lm-eval's CLI takes no bootstrap_iters: it bootstraps 100,000 times)
-            argv += ["--output_path", os.path.abspath(os.path.join(out_dir, f"{who}-{'chat' if chat else 'plain'}"))]
-            if b["limit"]:
-                argv += ["--limit", str(b["limit"])]
-            if chat:
-                argv += ["--apply_chat_template", "--fewshot_as_multiturn"]
-            commands.append((who, argv))
-    return commands
-
-
-def samples_of(output_path: str, task: str) -> list[dict]:
-    """What lm-eval logged for one task of a `--log_samples` run."""
-    found = answers.samples_file(output_path, task)
-    if not found:
-        return []
-    with open(found) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def run_vllm(params: dict, tasks: list[dict], task_dir: str, out_dir: str) -> tuple[dict, dict, dict]:
-    """Each model's results, its logged samples per task, and its greedy answers."""
-    b = params.benchmark
-    python = lm_eval_python(params)
-    if subprocess.run([python, "-c", "import lm_eval, vllm"], capture_output=True).returncode != 0:
-        raise UserError(
-            f"benchmark.backend vllm: {python} cannot import lm_eval and vllm; set runtime.lm_eval_python to an "
-            'environment with vllm-tpu (docs/tpu-vm.md, "Benchmarks on the chips"), or benchmark.backend: hf'
-        )
-    results: dict[str, dict] = {who: {} for who in MODELS}
-    samples: dict[str, dict] = {who: {} for who in MODELS}
-    said: dict[str, list[str]] = {}
-    for who, argv in vllm_commands(params, tasks, task_dir, out_dir):
-        print(f"benchmark: {who}: {shlex.join(argv)}", flush=True)
-        subprocess.run(argv, check=True)  # NLTK_DATA (IFEval's sentence model) is in the environment
-        output = argv[argv.index("--output_path") + 1]
-        newest = max(glob.glob(os.path.join(output, "**", "results_*.json"), recursive=True), key=os.path.getmtime)
-        with open(newest) as f:
-            found = json.load(f)
-        for key in ("results", "groups", "n-samples"):
-            results[who].setdefault(key, {}).update(found.get(key, {}))
-        for t in tasks:
-            samples[who][t["name"]] = samples_of(output, t["name"]) or samples[who].get(t["name"], [])
-        if "--apply_chat_template" in argv:
-            tokenizer = tokenizer_of(MODELS[who])
-            said[who] = answers.from_samples(output, b["prompts"], b["limit"], tokenizer, b["max_new_tokens"])
-    return results, samples, said
-
-
-# What one scoring batch's logits may take: a log-likelihood task (MMLU) makes lm-eval's
-# transformers backend hold the logits of every position, batch x length x vocabulary floats,
-# and a log-softmax copy of them (Gemma 3's 262,144 words: 1 GiB per 1,024 tokens per row).
-SCORING_LOGITS_BYTES = 3 << 30
-
-
-def scoring_batch(batch_size: int, max_length: int, vocabulary: int) -> int:
-    """The batch a log-likelihood task runs at: benchmark.batch_size, unless rows as long as
-    benchmark.max_length would put its logits over SCORING_LOGITS_BYTES."""
-    return max(1, min(batch_size, SCORING_LOGITS_BYTES // (max_length * vocabulary * 4)))
-
-
-def run_hf(params: dict, tasks: list[dict], task_dir: str) -> tuple[dict, dict, dict]:
-    """lm-eval's transformers backend on each model, loaded once for all its tasks and the
-    greedy answers (its notices kept out of the terminal; a line per model and task says where
-    it is). Returns each model's results, its logged samples per task, and its answers."""
-    logging.getLogger("lm_eval").setLevel(logging.ERROR)
-    import torch
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
-    from lm_eval import simple_evaluate
-    from lm_eval.models.huggingface import HFLM
-
-    b = params.benchmark
-    manager = registry(os.path.abspath(task_dir))  # the stage's own YAML files, which include the definitions
-    results: dict[str, dict] = {who: {} for who in MODELS}
-    samples: dict[str, dict] = {who: {} for who in MODELS}
-    said: dict[str, list[str]] = {}
-    for who, model_dir in MODELS.items():
-        # float32 whatever the checkpoint holds: a host CPU computes bf16 (the exports' dtype)
-        # without native support, ~2.5x slower than float32 here; both models then compute alike.
-        # (The small recipe's stage, alone on 2 cores: 208 -> 147 s, the same scores; 2026-12-06.)
-        # Twice bf16's memory, one model at a time: docs/benchmarks.md, "Benchmarks".
-        model = families.language_model(model_dir, params.model.maxtext_name, torch.float32)
-        tokenizer = tokenizer_of(model_dir)
-        print(f"benchmark: {who}: greedy answers to {len(b['prompts'])} prompts (transformers)", flush=True)
-        said[who] = answers.greedy_answers(
-            model, tokenizer, b["prompts"], b["max_new_tokens"], families.of(params.model.maxtext_name).END_OF_TURN
-        )
-        batches = {
-            "generate": b["batch_size"],
-            "score": scoring_batch(b["batch_size"], b["max_length"], model.config.vocab_size),
-        }
-        lms = {
-            kind: HFLM(pretrained=model, tokenizer=tokenizer, batch_size=n, max_length=b["max_length"], device="cpu")
-            for kind, n in batches.items()
-        }
-        for t in tasks:  # one run per task: each its own chat-template setting
-            kind = "generate" if t["cfg"].get("output_type") == "generate_until" else "score"
-            started = time.monotonic()
-            found = simple_evaluate(
-                model=lms[kind],
-                tasks=[t["name"]],
-                limit=b["limit"],
-                apply_chat_template=t["chat_template"],
-                fewshot_as_multiturn=t["chat_template"],
-                log_samples=True,
-                bootstrap_iters=b["bootstrap_iters"],
-                task_manager=manager,
-            )
-            for key in ("results", "groups", "n-samples"):
-                results[who].setdefault(key, {}).update(found.get(key, {}))
-            samples[who][t["name"]] = found.get("samples", {}).get(t["name"], [])
-            print(
-                f"benchmark: {who}: {t['name']} done in {time.monotonic() - started:.0f} s (lm-eval, transformers "
-                f"backend, batches of {batches[kind]})",
-                flush=True,
-            )
-        del lms, model
-    return results, samples, said
-
-
 def scores(tasks: list[dict], results: dict[str, dict], written: dict[str, dict]) -> dict:
     """Per task: each model's score and its standard error (None where lm-eval gives none:
     bootstrap_iters 0), the change, and the items scored (a group's: over its tasks)."""
     out = {}
     for t in tasks:
         entry = {}
-        for who in MODELS:
+        for who in benchmark_backends.MODEL_NAMES:
             found = results[who]["results"].get(t["name"]) or results[who].get("groups", {}).get(t["name"])
             stderr = found.get(stderr_key(t["metric"]))
             entry[who] = float(found[t["metric"]])
@@ -455,8 +285,11 @@ def answer_shares(tasks: list[dict], samples: dict, tokenizer) -> dict:
     for t in tasks:
         if t["cfg"].get("output_type") != "generate_until":
             continue
-        cap = t["max_gen_toks"] or (t["cfg"].get("generation_kwargs") or {}).get("max_gen_toks") or 256
-        out[t["name"]] = {who: answers.shares(samples[who].get(t["name"], []), tokenizer, cap) for who in MODELS}
+        cap = benchmark_backends.answer_cap(t)
+        out[t["name"]] = {
+            who: answers.shares(samples[who].get(t["name"], []), tokenizer, cap)
+            for who in benchmark_backends.MODEL_NAMES
+        }
     return out
 
 
@@ -517,31 +350,26 @@ def main() -> None:
     dry_run = "--dry-run" in sys.argv
     if not dry_run:
         hardware.check_present(params)
-    engine = backend(params)
+    backend = benchmark_backends.chosen(params)
     if dry_run:  # the files stay, so that the commands run as printed
         work = tempfile.mkdtemp(prefix="benchmark-dry-run-")
         tasks, _, task_dir = prepare(params, work)
-        print(f"# the task definitions these commands name: {task_dir}", flush=True)
-        print(f"# IFEval's sentence model, offline: export NLTK_DATA={os.environ['NLTK_DATA']}", flush=True)
-        for _, argv in vllm_commands(params, tasks, task_dir, os.path.join(work, "results")):
-            print(shlex.join(argv))
+        dry_run_of(backend, params, tasks, task_dir, work)
         return
     with tempfile.TemporaryDirectory(prefix="benchmark-") as work:
         tasks, written, task_dir = prepare(params, work)
         check_readable(tasks, task_dir)
-        if engine == "hf":
-            results, samples, said = run_hf(params, tasks, task_dir)
-        else:
-            results, samples, said = run_vllm(params, tasks, task_dir, os.path.join(work, "results"))
+        if backend.name == "maxtext":
+            backend.size(params, tasks)  # the engine's sizes checked before any model loads
+        results, samples, said = backend.run(params, tasks, task_dir, work)
     found = scores(tasks, results, written)
-    shares = answer_shares(tasks, samples, tokenizer_of(paths.BASE_HF))
+    shares = answer_shares(tasks, samples, benchmark_backends.tokenizer_of(paths.BASE_HF))
     for name, by_model in shares.items():
         found[name]["answers"] = by_model
     gate = params.benchmark.gate
     outputs.write_json(METRICS, {"benchmark": found})
-    outputs.write_text(TABLE, table(tasks, found, shares, engine, gate))
-    where = "transformers on the host" if engine == "hf" else "vLLM on the chips"
-    answers.write_generations(params.benchmark.prompts, said["base"], said["fine_tuned"], where)
+    outputs.write_text(TABLE, table(tasks, found, shares, backend.where, gate))
+    answers.write_generations(params.benchmark.prompts, said["base"], said["fine_tuned"], backend.where)
     for name, s in found.items():
         print(
             f"benchmark: {name}: base {_score(s['base'], s['base_stderr'])}, "
@@ -552,6 +380,21 @@ def main() -> None:
     failures = gates.benchmark.failures(found, gate)
     if failures:
         raise gates.GateFailed("benchmark gate", failures, f"; the scores are in {METRICS}")
+
+
+def dry_run_of(backend, params: dict, tasks: list[dict], task_dir: str, work: str) -> None:
+    """What the backend would run, and the files it would read: the vLLM backend's `lm-eval run`
+    commands (lm-eval's own parser reads them), or MaxText's command, validated by MaxText."""
+    print(f"# the task definitions these commands name: {task_dir}", flush=True)
+    print(f"# IFEval's sentence model, offline: export NLTK_DATA={os.environ['NLTK_DATA']}", flush=True)
+    if backend.name == "vllm":
+        for _, argv in backend.commands(params, tasks, task_dir, os.path.join(work, "results")):
+            print(shlex.join(argv))
+    elif backend.name == "maxtext":
+        request = backend.request(params, tasks, task_dir, os.path.join(work, "engine.json"))
+        maxtext_process.dry_run("benchmark", flags.engine_benchmark(params, request, work), params)
+    else:
+        print(f"# benchmark.backend {backend.name}: lm-eval's transformers backend, in this process")
 
 
 if __name__ == "__main__":

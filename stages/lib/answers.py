@@ -27,16 +27,12 @@ import re
 import yaml
 
 from stages.lib import outputs
+from stages.shared.turns import UNFINISHED, conversation, finished
 
 GENERATIONS = os.path.join("eval", "generations.md")
 TASK = "pipeline_greedy_answers"  # the vLLM backend's tasks; not names of lm-eval's registry
 ECHO_WORDS = 10  # an answer repeating this many consecutive words of its prompt echoes it
 LOOP_WORDS = 8  # ... and one in which a run of this many words comes back 3 times loops
-
-
-def conversation(prompt) -> list[dict]:
-    """A prompt as the messages the chat template renders: a string is one user turn."""
-    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
 
 
 def left_padding_tokenizer(model_dir: str):
@@ -47,9 +43,6 @@ def left_padding_tokenizer(model_dir: str):
     if tokenizer.pad_token is None:  # Llama 3's has none; padding only fills, the mask hides it
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
-
-
-UNFINISHED = "(stopped at benchmark.max_new_tokens: it did not end its turn)"
 
 
 def greedy_answers(model, tokenizer, prompts: list, max_new_tokens: int, end_of_turn: str) -> list[str]:
@@ -74,13 +67,6 @@ def greedy_answers(model, tokenizer, prompts: list, max_new_tokens: int, end_of_
     said = [tokenizer.decode(row[start:], skip_special_tokens=False) for row in out]
     ends = [end_of_turn, *(t for t in (tokenizer.eos_token, tokenizer.pad_token) if t)]
     return [finished(text, ends) for text in said]
-
-
-def finished(text: str, ends: list[str]) -> str:
-    """A generated text up to the first of `ends` (the end of turn, EOS, padding), or with
-    UNFINISHED after it where none came."""
-    cut = min((text.index(e) for e in ends if e in text), default=None)
-    return text[:cut].strip() if cut is not None else f"{text.strip()} {UNFINISHED}"
 
 
 def _task(name: str, data: str, max_new_tokens: int, turns: list[dict]) -> dict:

@@ -559,6 +559,47 @@ def heldout(
     )
 
 
+def engine(params: dict, workdir: str) -> list[str]:
+    """MaxText's flags for its inference engine on the recipe's model (stages/in_maxtext/engine.py):
+    MaxText's base config (its inference config's mesh does not fit base.yml's axes), the
+    model's architecture, on this host; float32 on a CPU (what transformers computes there, so
+    the backends compare), bfloat16 weights and activations on a chip (the checkpoints the chip
+    trains are saved in bfloat16: nothing is lost, and decoding reads half the bytes). The
+    engine's sizes (batch, prompt and answer lengths) are its request's."""
+    placed = one_host(params)
+    precision = ["dtype=float32", "weight_dtype=float32"] if hardware.on_cpu(placed) else ["weight_dtype=bfloat16"]
+    return [
+        config_file(TO_MAXTEXT),  # base.yml
+        *common(placed),
+        "use_multimodal=false",
+        *precision,
+        f"base_output_directory={_abs(workdir)}",
+        "run_name=engine",
+    ]
+
+
+def engine_benchmark(params: dict, request: contract.EngineBenchmark, workdir: str) -> Invocation:
+    """The benchmark stage's maxtext backend (stages/in_maxtext/engine_benchmark.py)."""
+    return Invocation(
+        "stages.in_maxtext.engine_benchmark",
+        engine(params, workdir),
+        setup(params),
+        request,
+        env=one_host_env(params),
+    )
+
+
+def engine_answers(params: dict, request: contract.EngineAnswers, workdir: str) -> Invocation:
+    """tools.answers on MaxText's engine (stages/in_maxtext/engine_answers.py)."""
+    return Invocation(
+        "stages.in_maxtext.engine_answers",
+        engine(params, workdir),
+        setup(params),
+        request,
+        env=one_host_env(params),
+    )
+
+
 FIT_KEYS = ("per_device_batch_size", "gradient_accumulation_steps", "max_target_length", "remat_policy")
 
 

@@ -410,3 +410,21 @@ def log_progress(stage: str, label: str) -> Callable[[], str | None]:
         return f"{label} {int(found[-1]) // 25 * 25}%" if found else None
 
     return poll
+
+
+def last_line(stage: str, prefix: str) -> Callable[[], str | None]:
+    """A progress poller reporting the last line of the stage's log that starts with `prefix`
+    (our own child modules' progress lines), without the prefix."""
+    log_path = os.path.join(LOG_DIR, f"{stage}.log")
+
+    def poll() -> str | None:
+        try:
+            with open(log_path, "rb") as f:
+                f.seek(max(0, os.path.getsize(log_path) - 16384))
+                chunk = f.read().decode(errors="replace")
+        except OSError:
+            return None
+        found = [line for line in chunk.splitlines() if line.startswith(prefix)]
+        return found[-1][len(prefix) :] if found else None
+
+    return poll

@@ -386,9 +386,30 @@ class PromptMessage(Section):
 class BenchmarkParams(Section):
     tasks: _leaf(list[BenchmarkTask], "a list of tasks", False, "lm-eval tasks run on both models")
     limit: Int(1, nullable=True, doc="items per task (a quick run); null: all")
-    batch_size: Int(1, doc="prompts per forward (the transformers backend)")
-    max_length: Int(1, doc="tokens of prompt and answer the backends allow (vLLM's max_model_len)")
-    backend: Choice("auto", "hf", "vllm", doc="auto: hf (transformers, host) on cpu, vllm on a TPU's chips")
+    batch_size: Int(
+        1,
+        doc="prompts per forward (the transformers backend); answers decoded at once and rows per scoring "
+        "batch (MaxText's engine)",
+    )
+    max_length: Int(
+        1,
+        doc="tokens of prompt and answer the backends allow (vLLM's max_model_len; the length of MaxText's "
+        "engine's cache: a prompt gets what the longest answer asked for leaves)",
+    )
+    checkpoints: Choice(
+        "hf",
+        "maxtext",
+        doc="which checkpoints are scored: hf, models/base-hf and the export models/sft-hf; maxtext, "
+        "models/base-maxtext and the trained parameters (no export needed: a TPU VM without torch)",
+    )
+    backend: Choice(
+        "auto",
+        "hf",
+        "vllm",
+        "maxtext",
+        doc="what runs lm-eval's requests: hf (transformers, host), vllm (a TPU's chips), maxtext (MaxText's "
+        "inference engine); auto: maxtext for maxtext checkpoints, hf on cpu and vllm on a TPU for hf ones",
+    )
     gate: _leaf(
         dict[str, BenchmarkGate],
         "a mapping of task names to {max_drop, min_score}",
@@ -743,6 +764,19 @@ def _check_benchmark(p: dict, where: str) -> None:
         bad = None if isinstance(prompt, str) else chat.problem({"messages": prompt}, last="user")
         if bad:
             raise UserError(f"{where}: benchmark.prompts[{i}]: {bad}")
+    reads = {"hf": "hf", "vllm": "hf", "maxtext": "maxtext"}.get(bench["backend"])
+    if reads and reads != bench["checkpoints"]:
+        raise UserError(
+            f"{where}: benchmark.backend: {bench['backend']} scores {reads} checkpoints, but benchmark.checkpoints "
+            f"is {bench['checkpoints']}; set benchmark.backend: auto, or benchmark.checkpoints: {reads}"
+        )
+    tpu = hardware.TPUS.get(p["hardware"]["kind"])
+    if bench["checkpoints"] == "maxtext" and tpu and tpu.hosts > 1:
+        raise UserError(
+            f"{where}: benchmark.checkpoints: maxtext runs MaxText's engine in one process, which a "
+            f"{tpu.hosts}-host {p['hardware']['kind']} does not give it; set benchmark.checkpoints: hf (vLLM on one "
+            "host's chips)"
+        )
     for name in bench["gate"] or {}:
         if name not in names:
             raise UserError(

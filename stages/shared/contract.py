@@ -130,6 +130,52 @@ class MergeLora:
     out: str
 
 
+@dataclass(frozen=True)
+class EngineSize:
+    """What MaxText's inference engine is sized for (stages/in_maxtext/engine.py): its KV cache
+    holds `slots` sequences of a prompt and an answer."""
+
+    slots: int  # answers decoded at once (and rows per log-likelihood batch)
+    max_prompt: int  # a prompt's tokens (a longer one keeps its end)
+    max_answer: int  # the longest answer asked for, in tokens
+
+
+@dataclass(frozen=True)
+class EngineBenchmark:
+    """engine_benchmark: lm-eval's tasks (the stage's task files) on each model through MaxText's
+    inference engine, and each model's greedy answers to `prompts`; one report."""
+
+    models: dict[str, str]  # {name: MaxText parameters}, in order
+    tokenizer: str  # the base checkpoint's directory: tokenizer and chat template
+    task_dir: str
+    tasks: list[dict]  # [{"name": ..., "chat_template": bool}], in order
+    limit: int | None
+    bootstrap_iters: int
+    max_length: int  # tokens of prompt and answer lm-eval may use (its truncation)
+    prompts: list  # benchmark.prompts: strings or conversations
+    max_new_tokens: int
+    end_of_turn: str
+    size: EngineSize
+    report: str
+
+
+@dataclass(frozen=True)
+class EngineAnswers:
+    """engine_answers: answers of each model to the conversations of a JSON Lines file
+    (tools/answers.py), greedy or sampled, written as JSON Lines."""
+
+    models: dict[str, str]  # {name: MaxText parameters}, in order
+    tokenizer: str
+    conversations: str  # checked rows: {"messages": [...]} each
+    out: str
+    samples: int
+    temperature: float
+    seed: int
+    max_new_tokens: int
+    end_of_turn: str
+    size: EngineSize
+
+
 def encode(value) -> str:
     """A Setup or request as one command-line argument. Its mappings keep their order (no
     sort_keys): HeldOut's `pairs` names the reference first."""
