@@ -17,7 +17,7 @@ import json
 
 from stages.in_maxtext.engine import Engine, Sampling
 from stages.shared import contract
-from stages.shared.turns import finished
+from stages.shared.turns import cut
 
 REQUEST = contract.EngineAnswers
 
@@ -56,15 +56,15 @@ def answer(
     end_of_turn: str,
     sampling: Sampling,
 ) -> list[tuple[str, bool, int]]:
-    """Each conversation's answer: its text (as stages/lib/answers.py's transformers answers
-    read: up to the end of turn, or marked unfinished), whether it ended its turn, its tokens."""
+    """Each conversation's answer: its text up to its end of turn (as stages/lib/answers.py
+    reads transformers' answers), whether it ended its turn, its tokens."""
     ids = [render(tokenizer, c) for c in conversations]
     stops = stop_ids(tokenizer, model_dir, [end_of_turn])
     ends = [end_of_turn, *(t for t in (tokenizer.eos_token, tokenizer.pad_token) if t)]
     out = []
     for g in engine.generate(ids, [max_new_tokens] * len(ids), stops, sampling):
         text = tokenizer.decode(g.tokens + ([tokenizer.eos_token_id] if g.ended else []), skip_special_tokens=False)
-        out.append((finished(text, ends), g.ended, len(g.tokens)))
+        out.append((cut(text, ends)[0], g.ended, len(g.tokens)))
     return out
 
 

@@ -29,7 +29,7 @@ from lm_eval.api.model import TemplateLM
 from stages.in_maxtext.engine import Engine, Sampling
 from stages.in_maxtext.engine_answers import answer, stop_ids
 from stages.shared import contract
-from stages.shared.turns import conversation
+from stages.shared.turns import UNFINISHED, conversation
 
 REQUEST = contract.EngineBenchmark
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's own default for a task that names no cap (HFLM.max_gen_toks)
@@ -194,7 +194,8 @@ def run(request: contract.EngineBenchmark, maxtext_flags: list[str], setup: cont
             Sampling(),
         )
         timing = {k: v - before[k] for k, v in engine.timing.__dict__.items()}
-        report[name] = {"results": results, "samples": samples, "answers": [t for t, _, _ in said], "timing": timing}
+        shown = [text if ended else f"{text} {UNFINISHED}" for text, ended, _ in said]
+        report[name] = {"results": results, "samples": samples, "answers": shown, "timing": timing}
         print(f"benchmark: {name}: engine {json.dumps(timing)}", flush=True)
     report["memory"] = device_memory()
     with open(request.report, "w") as f:

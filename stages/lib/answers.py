@@ -27,7 +27,7 @@ import re
 import yaml
 
 from stages.lib import outputs
-from stages.shared.turns import UNFINISHED, conversation, finished
+from stages.shared.turns import UNFINISHED, conversation, cut
 
 GENERATIONS = os.path.join("eval", "generations.md")
 TASK = "pipeline_greedy_answers"  # the vLLM backend's tasks; not names of lm-eval's registry
@@ -50,6 +50,16 @@ def greedy_answers(model, tokenizer, prompts: list, max_new_tokens: int, end_of_
     prompt, not once per prompt (bench/generation.py measures it). Each answer ends at the
     template's end-of-turn marker (Gemma 3's is not a special token: decoding keeps it), cut
     from the text; one that never reached it says so (UNFINISHED)."""
+    found = generate(model, tokenizer, prompts, max_new_tokens, end_of_turn)
+    return [text if ended else f"{text} {UNFINISHED}" for text, ended, _ in found]
+
+
+def generate(
+    model, tokenizer, prompts: list, max_new_tokens: int, end_of_turn: str, temperature: float = 0.0, seed: int = 0
+) -> list[tuple[str, bool, int]]:
+    """Each prompt's answer in transformers, greedy (temperature 0) or drawn at `temperature`
+    from the whole distribution (no top-k or top-p: as MaxText's engine samples, `weighted`):
+    its text up to its end of turn, whether it ended its turn, its tokens."""
     import torch
 
     inputs = tokenizer.apply_chat_template(
@@ -59,14 +69,20 @@ def greedy_answers(model, tokenizer, prompts: list, max_new_tokens: int, end_of_
         return_tensors="pt",
         return_dict=True,
     )
+    sampling = {"do_sample": False}
+    if temperature > 0:
+        torch.manual_seed(seed)
+        sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
     with torch.no_grad():
-        out = model.generate(
-            **inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
-        )
+        out = model.generate(**inputs, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, **sampling)
     start = inputs["input_ids"].shape[1]
-    said = [tokenizer.decode(row[start:], skip_special_tokens=False) for row in out]
     ends = [end_of_turn, *(t for t in (tokenizer.eos_token, tokenizer.pad_token) if t)]
-    return [finished(text, ends) for text in said]
+    found = []
+    for row in out:
+        answer, ended = cut(tokenizer.decode(row[start:], skip_special_tokens=False), ends)
+        tokens = len(tokenizer(answer, add_special_tokens=False)["input_ids"]) if ended else max_new_tokens
+        found.append((answer, ended, tokens))
+    return found
 
 
 def _task(name: str, data: str, max_new_tokens: int, turns: list[dict]) -> dict:

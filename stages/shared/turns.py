@@ -13,8 +13,9 @@ def conversation(prompt) -> list[dict]:
     return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
 
 
-def finished(text: str, ends: list[str], unfinished: str = UNFINISHED) -> str:
-    """A generated text up to the first of `ends` (the end of turn, EOS, padding), or with
-    `unfinished` after it where none came."""
-    cut = min((text.index(e) for e in ends if e in text), default=None)
-    return text[:cut].strip() if cut is not None else f"{text.strip()} {unfinished}"
+def cut(text: str, ends: list[str]) -> tuple[str, bool]:
+    """A generated text up to the first of `ends` (the end of turn, EOS, padding), and whether
+    one came (the answer ended its turn)."""
+    at = min((text.index(e) for e in ends if e in text), default=None)
+    return (text[:at].strip(), True) if at is not None else (text.strip(), False)
+
