@@ -3,7 +3,8 @@
     python -m stages.token_lengths
 
 Writes data/lengths/train.npy and data/lengths/eval.npy (int32, one per row of
-data/chat/<split>.jsonl, before max_target_length cuts it), data/lengths/<split>-turns.npz
+data/chat/<split>.jsonl, before max_target_length cuts it), data/lengths/constraints.npy (the
+same for the constraint examples, data/constraints/train.jsonl), data/lengths/<split>-turns.npz
 (the tokens, and the trained tokens, of each conversation cut after each of its assistant
 turns) and metrics/token_lengths.json (median, 90th percentile, longest; the tokens trained
 on). Counted as training renders them (`train.chat_rendering`: as served, or MaxText's own
@@ -44,6 +45,7 @@ def main() -> None:
     hardware.check_present(params)
     with outputs.staged_dir(paths.LENGTHS) as tmp:
         splits = {os.path.join(paths.DATA, f"{split}.jsonl"): os.path.join(tmp, split) for split in SPLITS}
+        splits[os.path.join(paths.CONSTRAINTS, "train.jsonl")] = os.path.join(tmp, "constraints")
         # Tokenising only: on the CPU, leaving the accelerator (and its runtime settings) alone.
         maxtext_process.run("token_lengths", flags.count_tokens(params, splits), flags.placed_on_cpu(params))
         report = {

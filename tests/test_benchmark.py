@@ -3,6 +3,7 @@ DVC, its gate; bad task settings stopped before any model loads; the TPU backend
 lm-eval's own parser reads them. (The real model's scores: tests/test_small.py.)"""
 
 import json
+import re
 import shlex
 import shutil
 import sys
@@ -317,3 +318,118 @@ def test_the_4b_recipes_benchmarks_run_through_the_same_stage(tiny_run, tmp_path
         "## 2. What is it famous for?" in generations
         and "- *assistant*: The capital of France is Paris." in generations
     )
+
+
+def split_at_a_tie(model_dir: str, prompt, ours: str, margin: float) -> bool:
+    """Whether transformers' greedy answer (float32) leaves `ours` at a step where its two
+    likeliest tokens are within `margin` of each other: the two backends' arithmetic (MaxText
+    computes Gemma's output head from a bf16 table) may order them either way."""
+    import torch
+
+    from stages.shared import families
+    from stages.shared.turns import conversation
+
+    tokenizer = answers.left_padding_tokenizer(model_dir)
+    model = families.language_model(model_dir, "gemma3-4b", torch.float32)
+    ids = tokenizer.apply_chat_template(
+        conversation(prompt), add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )["input_ids"]
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=256, do_sample=False, output_scores=True, return_dict_in_generate=True)
+    said = out.sequences[0, ids.shape[1] :].tolist()
+    for step in range(len(said)):
+        if not ours.startswith(tokenizer.decode(said[: step + 1]).strip()):
+            top = torch.topk(out.scores[step][0], 2).values
+            return float(top[0] - top[1]) < margin
+    return False
+
+
+@pytest.mark.slow
+def test_maxtexts_engine_scores_and_answers_as_transformers_does(tiny_run, tmp_path):
+    """benchmark.checkpoints: maxtext on the tiny run: the benchmark stage alone runs (the export
+    it no longer reads is not even there, as on a TPU VM without torch), lm-eval's tasks and the
+    greedy answers through MaxText's inference engine on the MaxText checkpoints, float32 on this
+    CPU: the same scores as the transformers backend on the exports, and the same answers but
+    where the two split at a tie between the two likeliest tokens. Then tools.answers, both ways,
+    on answers longer than the tiny model's 64-token sliding window (MaxText's own decode mask
+    loses the prompt there: stages/in_maxtext/engine.py), and sampled answers that differ."""
+    root = clone_workspace(tiny_run, tmp_path)
+    shutil.rmtree(root / "models" / "sft-hf")
+    set_param(root, "benchmark.checkpoints", "maxtext")
+    proc = sh(["dvc", "repro", "benchmark"], root)
+    assert stages_run(proc.stdout) == ["benchmark"], proc.stdout[-3000:]
+    assert "MaxText's engine" in proc.stdout
+    ours = json.loads((root / "metrics" / "benchmark.json").read_text())["benchmark"]
+    theirs = json.loads((tiny_run.path / "metrics" / "benchmark.json").read_text())["benchmark"]
+    assert ours == theirs  # scores, standard errors, items, the answers' shares
+    prompts = load_params(str(root / "params.yaml"))["benchmark"]["prompts"]
+    said = {}
+    for where, run in (("ours", root), ("theirs", tiny_run.path)):
+        text = (run / "eval" / "generations.md").read_text()
+        quoted = [a for _, a in re.findall(r"\*\*(base|fine-tuned)\*\*\n\n((?:> .*\n?)+)", text)]
+        said[where] = [
+            "\n".join(line[2:] for line in q.splitlines()).removesuffix(f" {answers.UNFINISHED}") for q in quoted
+        ]
+    assert len(said["ours"]) == 2 * len(prompts)  # base, fine-tuned per prompt
+    models = [str(tiny_run.path / "models" / name) for name in ("base-hf", "sft-hf")] * len(prompts)
+    split = [
+        i
+        for i, (a, b) in enumerate(zip(said["ours"], said["theirs"], strict=True))
+        if a != b and not split_at_a_tie(models[i], prompts[i // 2], a, margin=0.05)
+    ]
+    assert split == [], [(said["ours"][i], said["theirs"][i]) for i in split]
+    assert sum(a == b for a, b in zip(said["ours"], said["theirs"], strict=True)) >= len(said["ours"]) - 1
+
+    sh(["dvc", "checkout", "-q", "models/sft-hf"], root)
+    asked = root / "prompts.jsonl"
+    asked.write_text(
+        json.dumps({"messages": [{"role": "user", "content": "What is the capital of Peru?"}]})
+        + "\n"
+        + json.dumps({"id": 7, "messages": [{"role": "user", "content": "Name a fruit."}]})
+        + "\n"
+    )
+    answered = {}
+    for backend in ("maxtext", "hf"):
+        out = root / f"answers-{backend}.jsonl"
+        argv = [sys.executable, "-m", "tools.answers", str(asked), "--out", str(out), "--model", "tuned"]
+        sh([*argv, "--max-new-tokens", "80", "--backend", backend], root)
+        answered[backend] = [json.loads(line) for line in out.read_text().splitlines()]
+    tuned = str(tiny_run.path / "models" / "sft-hf")
+    for ours, theirs in zip(answered["maxtext"], answered["hf"], strict=True):
+        a, b = ours["answers"][0]["text"], theirs["answers"][0]["text"]
+        assert a == b or split_at_a_tie(tuned, ours["messages"], a, margin=0.05), (a, b)
+    assert answered["hf"][1]["id"] == 7 and answered["hf"][0]["answers"][0]["model"] == "tuned"
+    sampled = root / "sampled.jsonl"
+    sh([*argv[:-2], "--out", str(sampled), "--samples", "2", "--temperature", "1.0", "--max-new-tokens", "8"], root)
+    rows = [json.loads(line)["answers"] for line in sampled.read_text().splitlines()]
+    assert [[a["sample"] for a in row] for row in rows] == [[0, 1], [0, 1]]
+    assert all(row[0]["text"] != row[1]["text"] for row in rows)
+
+
+def test_a_prompts_file_with_a_bad_row_stops_before_any_model_loads(tmp_path, monkeypatch):
+    from tools import answers as tool
+
+    bad = tmp_path / "prompts.jsonl"
+    bad.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{"messages": [{"role": "assistant"}]}\n')
+    with pytest.raises(UserError, match=r"prompts.jsonl: row 2: messages\[0\]: expected \{role, content\}"):
+        tool.read_prompts(str(bad))
+    bad.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "a"}]}\n')
+    with pytest.raises(UserError, match="row 1: the last message must be the user's"):
+        tool.read_prompts(str(bad))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match=r"models/sft-hf: not there \(tuned model, backend hf\): run `dvc repro conv"):
+        tool.checkpoints("hf", ["tuned"])
+
+
+def test_the_engines_cache_holds_the_longest_answer_asked_for(project):
+    """MaxText's engine is sized before any model loads: a prompt gets what the longest answer
+    leaves of benchmark.max_length, and a length that leaves none is one line naming the task."""
+    from stages.lib import benchmark_backends
+
+    found = benchmark.resolve(tasks({"name": "chat_arithmetic", "max_gen_toks": 300}, {"name": "chat_capitals"}))
+    params = Sections({"benchmark": Sections({"batch_size": 16, "max_length": 1024, "max_new_tokens": 200})})
+    size = benchmark_backends.MaxTextEngine.size(params, found)
+    assert (size.slots, size.max_prompt, size.max_answer) == (16, 724, 300)
+    params["benchmark"]["max_length"] = 300
+    with pytest.raises(UserError, match=r"benchmark.max_length 300 leaves no room .* \(chat_arithmetic: 300 tokens\)"):
+        benchmark_backends.MaxTextEngine.size(params, found)

@@ -247,8 +247,16 @@ def _training(params: dict, staged: Staged | None = None) -> list[str]:
         "num_epoch=1",  # ... holding every epoch (stages/lib/stream.py)
         f"init_weights_seed={t['seed']}",
         f"remat_policy={t['remat_policy']}",
+        *precision_and_kernel(params),
         *lora(params),
     ]
+
+
+def precision_and_kernel(params: dict) -> list[str]:
+    """The weights' dtype (and so the optimizer state's: MaxText's mu_dtype follows it) and the
+    attention kernel, for every training of the model: SFT, preference, their fit check."""
+    t = params["train"]
+    return [f"weight_dtype={t['weight_dtype']}", f"attention={t['attention']}"]
 
 
 def events_here(output_dir: str, metrics_file: str) -> dict:
@@ -340,6 +348,7 @@ def preference(
         *preference_objective(params),
         f"load_parameters_path={staged.parameters if staged else _abs(paths.SFT_PARAMS)}",
         f"run_name={contract.PREFERENCE_RUN_NAME}",
+        *precision_and_kernel(params),
         f"steps={p['steps']}",
         f"gradient_accumulation_steps={p['gradient_accumulation_steps']}",
         f"learning_rate={p['learning_rate']}",
@@ -600,7 +609,14 @@ def engine_answers(params: dict, request: contract.EngineAnswers, workdir: str) 
     )
 
 
-FIT_KEYS = ("per_device_batch_size", "gradient_accumulation_steps", "max_target_length", "remat_policy")
+FIT_KEYS = (
+    "per_device_batch_size",
+    "gradient_accumulation_steps",
+    "max_target_length",
+    "remat_policy",
+    "weight_dtype",
+    "attention",
+)
 
 
 # An ahead-of-time compile's environment, on a machine with chips too: JAX sets
@@ -629,6 +645,8 @@ def fit_check(params: dict, workdir: str, overrides: dict) -> Invocation:
             f"gradient_accumulation_steps={t['gradient_accumulation_steps']}",
             f"max_target_length={t['max_target_length']}",
             f"remat_policy={t['remat_policy']}",
+            f"weight_dtype={t['weight_dtype']}",
+            f"attention={t['attention']}",
         ],
         setup(params),
         env=AHEAD_OF_TIME_ENV,

@@ -11,7 +11,8 @@ starts, and counted in the run's summary:
 
 The rows train streams are data/chat/train.jsonl for truncate (or when nothing is too long),
 else a copy written once into the run's working directory (`fitted.jsonl`), with the
-lengths of its rows for packing.
+lengths of its rows for packing; with constraint examples (data/constraints/train.jsonl, the
+constraints stage's), always that copy: the chat rows, then the examples.
 """
 
 import json
@@ -36,10 +37,29 @@ class Fitted:
 
 def counts(split: str = "train") -> tuple[np.ndarray, dict]:
     """The token_lengths stage's counts of a split: tokens per row, and per row the tokens
-    and trained tokens of the conversation cut after each assistant turn."""
-    lengths = np.load(os.path.join(paths.LENGTHS, f"{split}.npy"))
-    with np.load(os.path.join(paths.LENGTHS, f"{split}-turns.npz")) as turns:
-        return lengths, {key: turns[key] for key in turns.files}
+    and trained tokens of the conversation cut after each assistant turn. The training rows
+    are the chat rows, then the constraint examples (`training_sources`)."""
+    parts = [split, "constraints"] if split == "train" else [split]
+    found = []
+    for part in parts:
+        lengths = np.load(os.path.join(paths.LENGTHS, f"{part}.npy"))
+        with np.load(os.path.join(paths.LENGTHS, f"{part}-turns.npz")) as turns:
+            found.append((lengths, {key: turns[key] for key in turns.files}))
+    lengths = np.concatenate([f[0] for f in found]).astype(np.int32)
+    return lengths, {key: np.concatenate([f[1][key] for f in found]) for key in found[0][1]}
+
+
+def training_sources() -> list[str]:
+    """The files SFT trains on, in the order token_lengths counted them: the chat rows
+    (data/chat/train.jsonl) and the constraint examples (data/constraints/train.jsonl)."""
+    return [os.path.join(paths.DATA, "train.jsonl"), os.path.join(paths.CONSTRAINTS, "train.jsonl")]
+
+
+def lines(sources: list[str]):
+    """The non-empty lines of the sources, in order."""
+    for source in sources:
+        with open(source, encoding="utf-8") as f:
+            yield from (line for line in f if line.strip())
 
 
 def turns_kept(cut_tokens: np.ndarray, max_length: int) -> int:
@@ -68,10 +88,12 @@ def fit(params: dict, out_dir: str) -> Fitted:
         "rows_cut": int((kept > 0).sum()) if policy != "truncate" else 0,
         "rows_dropped": int((kept == 0).sum()) if policy != "truncate" else 0,
     }
-    source = os.path.join(paths.DATA, "train.jsonl")
-    if policy == "truncate" or not over.any():
+    sources = [s for s in training_sources() if os.path.getsize(s)]
+    if len(sources) > 1:
+        summary["constraint_rows"] = int(len(np.load(os.path.join(paths.LENGTHS, "constraints.npy"))))
+    if len(sources) == 1 and (policy == "truncate" or not over.any()):
         summary["trained_tokens_before_truncation" if over.any() else "trained_tokens"] = int(trained.sum())
-        return Fitted(source, lengths, summary)
+        return Fitted(sources[0], lengths, summary)
     if not (kept != 0).any():
         raise UserError(
             f"train.long_conversations: {policy} leaves no training conversation: none fits in "
@@ -79,8 +101,8 @@ def fit(params: dict, out_dir: str) -> Fitted:
         )
     out, kept_lengths, kept_trained = os.path.join(out_dir, FITTED), [], 0
     tmp = f"{out}.tmp-{os.getpid()}"
-    with open(source, encoding="utf-8") as src, open(tmp, "w", encoding="utf-8") as dst:
-        for i, line in enumerate(line for line in src if line.strip()):
+    with open(tmp, "w", encoding="utf-8") as dst:
+        for i, line in enumerate(lines(sources)):
             k = kept[i]
             if k == -1:
                 dst.write(line if line.endswith("\n") else line + "\n")

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from stages.lib import chat, gguf_export, hardware, long_rows
+from stages.lib import chat, gguf_export, hardware, long_rows, paths
 from stages.shared import families, rendering
 from stages.shared.errors import UserError
 
@@ -293,8 +293,24 @@ class TrainParams(Section):
     save_dtype: Choice(
         "bfloat16",
         "float32",
-        doc="the final parameters in models/sft-maxtext (training and its checkpoints stay float32); "
+        doc="the final parameters in models/sft-maxtext (training and its checkpoints stay in weight_dtype); "
         "bfloat16 halves them and loses nothing a bfloat16 export keeps",
+    )
+    weight_dtype: Choice(
+        "float32",
+        "bfloat16",
+        doc="the weights as training holds and updates them (MaxText's weight_dtype), and so Adam's two "
+        "moments (MaxText's mu_dtype defaults to it; optax keeps the second in the weights' dtype): bfloat16 "
+        "halves the weights and the optimizer state (what puts the 4B with LoRA on one 16 GB chip), at the "
+        "cost docs/benchmarks.md measures; the preference stage trains in it too",
+    )
+    attention: Choice(
+        "autoselected",
+        "dot_product",
+        "flash",
+        doc="MaxText's attention kernel in training (its `attention`): autoselected (on a TPU the splash kernel), "
+        "flash (splash), dot_product (XLA's own: faster for a small model's short rows, docs/benchmarks.md); "
+        "the same sums, so a run resumes across a change of it",
     )
     lora: LoraParams
 
@@ -445,6 +461,18 @@ class PreferenceDataParams(DataSource):
     max_skipped_fraction: Num(ge=0, le=1, doc="with skip: the stage fails if more of a split than this is bad")
 
 
+class SelfPairsParams(Section):
+    enabled: Bool(
+        doc="pairs the SFT model answers itself, on the constraints stage's held-out prompts, each answer "
+        "checked by code (stages/self_pairs.py); preference.data then reads them (source local, local_dir "
+        "data/self-pairs, format messages)"
+    )
+    samples: Int(2, doc="answers sampled per prompt")
+    temperature: Num(gt=0, doc="the sampling temperature (the whole distribution: no top-k, no top-p)")
+    max_new_tokens: Int(1, doc="an answer's cap; one that does not end its turn by then fails")
+    seed: Int(0)
+
+
 class PreferenceParams(Section):
     enabled: Bool(doc="preference tuning after SFT (MaxText's train_dpo); off: the pipeline is SFT alone")
     algorithm: Choice("dpo", "orpo", doc="dpo: against the SFT model as reference; orpo: no reference model")
@@ -461,6 +489,7 @@ class PreferenceParams(Section):
     num_epochs: Int(1)
     checkpoint_period: Int(1, doc="steps between checkpoints: what a preemption can lose at most")
     seed: Int(0, doc="the order of the pairs")
+    self_pairs: SelfPairsParams
     data: PreferenceDataParams
 
 
@@ -533,9 +562,23 @@ class RuntimeParams(Section):
     )
 
 
+class ConstraintsParams(Section):
+    share: Num(
+        ge=0,
+        lt=1,
+        doc="of SFT's training rows, the share that are instruction-following examples made from the training "
+        "conversations, every one checked by code (stages/constraints.py); 0: none",
+    )
+    heldout: Int(0, doc="more such prompts, held out of SFT: the SFT model answers them for preference pairs")
+    max_instructions: Int(1, doc="instructions added to one user turn, at most (one to this many)")
+    max_answer_words: Int(10, doc="the conversation's answer is shortened to this many words before it is transformed")
+    seed: Int(0, doc="which conversations, turns and instructions")
+
+
 class Params(Section):
     base_model: BaseModelParams
     dataset: DatasetParams
+    constraints: ConstraintsParams
     model: ModelParams
     convert_in: ConvertInParams
     train: TrainParams
@@ -822,6 +865,19 @@ def _check_preference(p: dict, where: str) -> None:
             f"{where}: preference.max_prompt_length: {pref['max_prompt_length']} leaves no room for the answers "
             f"within preference.max_target_length {pref['max_target_length']}; make it smaller"
         )
+    if pref["self_pairs"]["enabled"]:
+        d = pref["data"]
+        if (d["source"], d["local_dir"], d["format"]) != ("local", paths.SELF_PAIRS, "messages"):
+            raise UserError(
+                f"{where}: preference.data: preference.self_pairs.enabled reads the pairs the self_pairs stage "
+                f"writes: set preference.data.source: local, local_dir: {paths.SELF_PAIRS}, format: messages"
+            )
+        if not p["constraints"]["heldout"]:
+            raise UserError(
+                f"{where}: constraints.heldout: preference.self_pairs.enabled samples answers to the prompts the "
+                "constraints stage holds out; set it above 0"
+            )
+        return  # (its splits are the self_pairs stage's to write)
     _check_local_splits(pref["data"], "preference.data", where)
 
 

@@ -8,6 +8,7 @@ import os
 
 BASE_HF = os.path.join("models", "base-hf")  # base_model: the base HF checkpoint
 DATA = os.path.join("data", "chat")  # dataset: train.jsonl, eval.jsonl
+CONSTRAINTS = os.path.join("data", "constraints")  # constraints: train.jsonl (trained beside DATA's), heldout.jsonl
 LENGTHS = os.path.join("data", "lengths")  # token_lengths: train.npy, eval.npy (tokens per row)
 BASE_MAXTEXT = os.path.join("models", "base-maxtext")  # convert_in: MaxText's output directory
 
@@ -24,6 +25,7 @@ SFT_LORA = os.path.join(SFT_MAXTEXT, "lora")  # ... and, for LoRA runs, the adap
 SFT_HF = os.path.join("models", "sft-hf")  # convert_out: the checked HF export
 GGUF = os.path.join("models", "gguf")  # export_gguf: the export as llama.cpp GGUF files, and a Modelfile
 PREFERENCE_DATA = os.path.join("data", "preference")  # preference_data: train.jsonl, eval.jsonl (train_dpo's texts)
+SELF_PAIRS = os.path.join("data", "self-pairs")  # self_pairs: the SFT model's own answers as pairs (train, eval)
 PREFERENCE_MAXTEXT = os.path.join("models", "preference-maxtext")  # preference: the preference-tuned model
 PREFERENCE_PARAMS = os.path.join(PREFERENCE_MAXTEXT, "params")  # ... its parameters (Orbax), when it is on
 PREFERENCE_SETTINGS = "preference.json"  # ... and, beside them, how it was tuned (algorithm, beta, lengths)

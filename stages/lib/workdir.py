@@ -52,10 +52,11 @@ def data_dependencies(deps: list[str]) -> list[str]:
     return [d for d in deps if not d.startswith(("stages/", "metrics/"))]
 
 
-# Declared params that decide how much memory training takes, not what it computes: a run
-# resumes across a change of them. Setting remat_policy to full is what an out-of-memory kill
-# asks for (stages/lib/maxtext_process.py), and must not throw away the checkpoints so far.
-MEMORY_ONLY = ("train.remat_policy",)
+# Declared params that decide how much memory training takes, or which kernel computes the
+# same sums, not what it computes: a run resumes across a change of them. Setting remat_policy
+# to full is what an out-of-memory kill asks for (stages/lib/maxtext_process.py), and must not
+# throw away the checkpoints so far.
+MEMORY_ONLY = ("train.remat_policy", "train.attention")
 
 
 def tracked_values(params: dict, keys: list[str]) -> dict:

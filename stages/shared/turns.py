@@ -18,4 +18,3 @@ def cut(text: str, ends: list[str]) -> tuple[str, bool]:
     one came (the answer ended its turn)."""
     at = min((text.index(e) for e in ends if e in text), default=None)
     return (text[:at].strip(), True) if at is not None else (text.strip(), False)
-
