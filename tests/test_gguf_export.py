@@ -1,11 +1,13 @@
-"""The GGUF export (stages/export_gguf.py, stages/lib/gguf_export.py): files that transformers'
-own GGUF reader reads back to what the HF export computes, and broken files refused.
+"""The GGUF export (stages/export_gguf.py, stages/lib/gguf_export.py): files that llama.cpp
+itself (stages/lib/gguf_llama.py) reads back to what the HF export computes, renders the chat
+template of and ends answers in as the export does; and broken files refused.
 
 The broken files are real GGUF files written by the stage's writer, then damaged where a
 converter goes wrong: two attention heads swapped, a norm stored as transformers holds it
-(without llama.cpp's 1 + w), Llama's q/k rows not in llama.cpp's rotary order, a metadata
-value changed, a file cut short. Each must fail the check under the loosest limits of any
-type (q8_0's)."""
+(without llama.cpp's 1 + w), Llama's q/k rows not in llama.cpp's rotary order, a file cut
+short; and, for each family's tiny model, the metadata faults only a reader of the whole file
+sees (a RoPE scaling factor or base, the sliding window, the head dimensions, the end-of-turn
+token). Each must fail the check under the loosest limits of any type (q8_0's)."""
 
 import json
 import shutil
@@ -27,7 +29,7 @@ LIMITS = yaml.safe_load((REPO / "params.yaml").read_text())["gguf"]["check"]
 
 class Export:
     """A tiny HF checkpoint as export_gguf sees models/sft-hf: its language model, tensors,
-    fixed prompts and reference logits."""
+    fixed prompts, reference logits and end tokens."""
 
     def __init__(self, directory, model_name: str):
         import torch
@@ -39,15 +41,14 @@ class Export:
         self.tensors = {k: v.numpy().copy() for k, v in self.model.state_dict().items()}
         _, self.prompts = fixed_prompts(self.dir)
         self.reference = export_gguf.next_token_logits(self.model, self.prompts)
+        self.ends = export_gguf.expected_ends(self.dir, model_name)
 
     def write(self, path, kind: str = "f16") -> str:
         gguf_export.write(str(path), kind, self.tensors, self.model.config, self.dir, self.model_name, "test")
         return str(path)
 
-    def check(self, path, limits=LIMITS["q8_0"], tokenizer: bool = False):
-        return export_gguf.check(
-            path, self.model, self.reference, self.prompts, limits, self.dir if tokenizer else None
-        )
+    def check(self, path, limits=LIMITS["q8_0"]):
+        return export_gguf.check(path, self.reference, self.prompts, limits, self.ends)
 
 
 @pytest.fixture(scope="module")
@@ -68,16 +69,15 @@ def copy_of_good(f16_file, tmp_path) -> str:
     return path
 
 
-@pytest.fixture(scope="module")
-def places(f16_file) -> dict:
-    """Where each tensor's data and each metadata value lie in the good file (byte offset,
-    dtype, shape), from one parse by gguf's own reader: each test then damages its copy at
-    those bytes. (A parse walks Gemma 3's 262,144-word vocabulary, ~4 s; one per edit cost
-    the suite ~30 s before that parse got 3x faster.)"""
+def places_in(path: str) -> dict:
+    """Where each tensor's data and each metadata value lie in a file (byte offset, dtype,
+    shape), from one parse by gguf's own reader: a test then damages its copy at those bytes.
+    (A parse walks Gemma 3's 262,144-word vocabulary: stages/lib/gguf_reading.py makes it 3x
+    faster.)"""
     import gguf
 
-    with gguf_reading.one_parse_per_file():  # (gguf's parse, 3x faster: stages/lib/gguf_reading.py)
-        reader = gguf.GGUFReader(f16_file)
+    with gguf_reading.one_parse_per_file():
+        reader = gguf.GGUFReader(path)
 
     def place(view) -> tuple[int, np.dtype, tuple]:  # a view of the file's map: its offset in the file
         return view.ctypes.data - reader.data.ctypes.data, view.dtype, view.shape
@@ -85,6 +85,11 @@ def places(f16_file) -> dict:
     found = {t.name: place(t.data) for t in reader.tensors}
     found.update({name: place(f.parts[f.data[0]]) for name, f in reader.fields.items() if len(f.data) == 1})
     return found
+
+
+@pytest.fixture(scope="module")
+def places(f16_file) -> dict:
+    return places_in(f16_file)
 
 
 def edit(path: str, where: tuple, change) -> None:
@@ -128,23 +133,67 @@ def test_a_norm_stored_as_transformers_holds_it_is_refused(gemma, copy_of_good, 
     assert any("KL" in p for p in problems), figures
 
 
-def test_a_changed_metadata_value_is_refused(gemma, copy_of_good, places):
-    path = copy_of_good
-
-    def widen(value):
-        value[0] = 4096  # llama.cpp would attend past the model's window
-
-    edit(path, places["gemma3.attention.sliding_window"], widen)
-    _, problems = gemma.check(path)
-    assert problems and all(p.startswith("config: sliding_window") for p in problems), problems
-
-
 def test_a_file_cut_short_is_refused_in_one_line(gemma, copy_of_good):
     path = copy_of_good
     with open(path, "r+b") as f:
         f.truncate(f.seek(0, 2) // 2)
-    with pytest.raises(StageFailed, match=r"^the GGUF check failed: transformers cannot read .*m\.gguf back \("):
+    with pytest.raises(StageFailed, match=r"^the GGUF check failed: llama\.cpp cannot read .*m\.gguf \("):
         gemma.check(path)
+
+
+def family_export(name: str, tmp_path_factory) -> Export:
+    from stages.shared.families import gemma3, llama3, qwen3
+
+    builders = {"gemma3-4b": gemma3, "llama3.1-8b": llama3, "qwen3-8b": qwen3}
+    directory = tmp_path_factory.mktemp(name)
+    builders[name].build_tiny(str(directory), seed=0)
+    return Export(directory, name)
+
+
+# Metadata a reader of the whole file uses and the export's own architecture does not read back:
+# (family, key, the wrong value, what fails). Each family's tiny model, in the keys it has.
+FAULTS = [
+    ("gemma3-4b", "gemma3.rope.scaling.factor", 1.0, "KL"),  # the global layers' linear x8 dropped
+    ("gemma3-4b", "gemma3.attention.sliding_window", 4096, "KL"),  # local layers attend past their window
+    ("gemma3-4b", "gemma3.attention.key_length", 64, "cannot read"),  # head dimensions
+    ("gemma3-4b", "tokenizer.ggml.eot_token_id", 107, "end of turn"),  # "\n", not <end_of_turn>
+    ("llama3.1-8b", "llama.rope.freq_base", 10000.0, "KL"),  # RoPE: Llama 3.1's base is 500,000
+    ("llama3.1-8b", "llama.attention.head_count_kv", 4, "cannot read"),
+    ("llama3.1-8b", "tokenizer.ggml.eot_token_id", 128000, "end of turn"),  # <|begin_of_text|>
+    ("qwen3-8b", "qwen3.rope.freq_base", 10000.0, "KL"),
+    ("qwen3-8b", "qwen3.attention.key_length", 64, "cannot read"),
+    ("qwen3-8b", "tokenizer.ggml.eot_token_id", 151644, "end of turn"),  # <|im_start|>
+]
+
+
+@pytest.fixture(scope="module")
+def family_files(tmp_path_factory) -> dict:
+    """Each family's tiny model, its good f16 GGUF, and where its metadata lies in it."""
+    found = {}
+    for name in dict.fromkeys(f[0] for f in FAULTS):
+        export = family_export(name, tmp_path_factory)
+        good = export.write(tmp_path_factory.mktemp(f"{name}-gguf") / "good.gguf")
+        found[name] = (export, good, places_in(good))
+    return found
+
+
+@pytest.mark.parametrize("name, key, wrong, fails", FAULTS, ids=[f"{f[0]}-{f[1].split('.')[-1]}" for f in FAULTS])
+def test_a_metadata_fault_only_a_whole_file_reader_sees_is_refused(family_files, tmp_path, name, key, wrong, fails):
+    export, good, places = family_files[name]
+    assert export.check(good, LIMITS["f16"])[1] == [], "the good file passes"
+    path = str(tmp_path / "m.gguf")
+    shutil.copyfile(good, path)
+
+    def set_to(value):
+        value[0] = wrong
+
+    edit(path, places[key], set_to)
+    if fails == "cannot read":
+        with pytest.raises(StageFailed, match=r"llama\.cpp cannot read"):
+            export.check(path, LIMITS["f16"])
+        return
+    figures, problems = export.check(path, LIMITS["f16"])  # (an f16 file: its own type's limits)
+    assert any(fails in p for p in problems), (figures, problems)
 
 
 def test_llama_q_k_rows_out_of_rotary_order_are_refused(tmp_path, monkeypatch):

@@ -39,15 +39,16 @@ def test_values_are_parsed_as_dvc_exp_run_parses_them():
 
 
 def test_a_grid_shares_the_stages_no_varied_key_reaches():
-    # train.* reaches train and everything after it; what train needs runs once for all.
+    # train.* reaches train and everything after it (the SFT model's own pairs, self_pairs, and
+    # preference_data, which reads them, among it); what train needs runs once for all.
     assert shared_stages(["train.learning_rate"]) == [
-        "base_model", "dataset", "token_lengths", "convert_in", "fit_check", "preference_data",
+        "base_model", "dataset", "constraints", "token_lengths", "convert_in", "fit_check",
     ]  # fmt: skip
     # A benchmark setting: even the training is shared, only the benchmark runs per variant.
     assert "train" in shared_stages(["benchmark.limit"]) and "benchmark" not in shared_stages(["benchmark.limit"])
     # A whole section named reaches every stage reading a key in it: token_lengths counts with
     # train.chat_rendering, the fit check compiles train.per_device_batch_size's step.
-    assert shared_stages(["train"]) == ["base_model", "dataset", "convert_in", "preference_data"]
+    assert shared_stages(["train"]) == ["base_model", "dataset", "constraints", "convert_in"]
 
 
 @pytest.fixture

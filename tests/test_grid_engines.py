@@ -43,7 +43,7 @@ def dry_run(capsys, *args: str) -> dict[str, list[str]]:
     """{worker: its command} as --dry-run printed them."""
     grid.main([*AXES, "--dry-run", *args])
     out = capsys.readouterr().out
-    assert "shared stages, run once: base_model, dataset, token_lengths, convert_in, fit_check" in out, out
+    assert "shared stages, run once: base_model, dataset, constraints, token_lengths, convert_in" in out, out
     return {
         line.split()[2].rstrip(":"): shlex.split(line.split(": ", 1)[1])
         for line in out.splitlines()

@@ -72,7 +72,12 @@ def counts_dir(tmp_path: Path, monkeypatch, rows: list[list[dict]], cuts: list[l
     """A project directory whose data/lengths says each row's cut lengths (trained: half)."""
     (tmp_path / "data" / "chat").mkdir(parents=True)
     (tmp_path / "data" / "lengths").mkdir(parents=True)
+    (tmp_path / "data" / "constraints").mkdir(parents=True)
     write(tmp_path / "data" / "chat" / "train.jsonl", rows)
+    (tmp_path / "data" / "constraints" / "train.jsonl").write_text("")  # (the constraints stage off)
+    np.save(tmp_path / "data" / "lengths" / "constraints.npy", np.zeros(0, dtype=np.int32))
+    empty = np.zeros(0, dtype=np.int32)
+    np.savez(tmp_path / "data" / "lengths" / "constraints-turns.npz", turns=empty, cut_tokens=empty, cut_trained=empty)
     flat = [n for c in cuts for n in c]
     np.save(tmp_path / "data" / "lengths" / "train.npy", np.asarray([c[-1] for c in cuts], dtype=np.int32))
     np.savez(

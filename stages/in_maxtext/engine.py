@@ -41,6 +41,9 @@ from collections import deque
 import numpy as np
 
 PAD_MULTIPLE_TPU = 128  # the prefill's sequence length on a TPU (splash attention's block)
+# What one scoring batch's logits may take (batch x length x vocabulary, float32): Gemma 3's
+# 262,144 words make 1 GiB per 1,024 tokens of a row, so a batch of long rows is a few rows.
+SCORING_LOGITS_BYTES = 2 << 30
 STEPS_PER_FETCH = 8  # decode steps dispatched before their tokens are read back: the host
 # reads once per 8 steps, the chip never waits for it; a finished answer costs at most 7
 # steps of its slot
@@ -388,11 +391,15 @@ class Engine:
         score, mesh = self._score_fn()
         order = sorted(range(len(rows)), key=lambda i: -(len(rows[i][0]) + len(rows[i][1])))
         out: list[tuple[float, bool] | None] = [None] * len(rows)
-        batch = self.slots
-        for start in range(0, len(order), batch):
+        start = 0
+        while start < len(order):
+            # The longest row first sets the batch's length, and the logits' budget its rows.
+            longest = min(len(rows[order[start]][0]) + len(rows[order[start]][1]), max_length + 1) - 1
+            length = bucket(longest, self.multiple, math.inf)
+            batch = max(1, min(self.slots, SCORING_LOGITS_BYTES // (length * self.config.vocab_size * 4)))
             chunk = order[start : start + batch]
+            start += batch
             whole = [(rows[i][0] + rows[i][1])[-(max_length + 1) :] for i in chunk]
-            length = bucket(max(len(w) - 1 for w in whole), self.multiple, math.inf)
             shape = (batch, length)
             tokens, targets, positions, segments = (np.zeros(shape, np.int32) for _ in range(4))
             weights = np.zeros(shape, np.float32)

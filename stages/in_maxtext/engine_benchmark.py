@@ -22,6 +22,7 @@ where the engine's time went (loading, prefill, decode, scoring; tokens).
 """
 
 import json
+import os
 import time
 
 from lm_eval.api.model import TemplateLM
@@ -158,8 +159,10 @@ def evaluate(lm: EngineLM, request: contract.EngineBenchmark, manager, who: str)
         for key in ("results", "groups", "n-samples"):
             results.setdefault(key, {}).update(found.get(key, {}))
         samples[task["name"]] = found.get("samples", {}).get(task["name"], [])
+        scored = found.get("results", {}).get(task["name"]) or found.get("groups", {}).get(task["name"]) or {}
         print(
-            f"benchmark: {who}: {task['name']} done in {time.monotonic() - started:.0f} s (MaxText's engine)",
+            f"benchmark: {who}: {task['name']} done in {time.monotonic() - started:.0f} s (MaxText's engine): "
+            f"{task['metric']} {scored.get(task['metric'])}",  # (in the log, should the run be cut short)
             flush=True,
         )
     return results, samples
@@ -197,9 +200,10 @@ def run(request: contract.EngineBenchmark, maxtext_flags: list[str], setup: cont
         shown = [text if ended else f"{text} {UNFINISHED}" for text, ended, _ in said]
         report[name] = {"results": results, "samples": samples, "answers": shown, "timing": timing}
         print(f"benchmark: {name}: engine {json.dumps(timing)}", flush=True)
-    report["memory"] = device_memory()
-    with open(request.report, "w") as f:
-        json.dump(report, f)
+        report["memory"] = device_memory()
+        with open(request.report + ".partial", "w") as f:  # what a killed run leaves: each model as it finished
+            json.dump(report, f)
+    os.replace(request.report + ".partial", request.report)
 
 
 def device_memory() -> dict:

@@ -107,6 +107,34 @@ def no_initial_checkpoint() -> None:
     ocp.CheckpointManagerOptions = PeriodicOnly
 
 
+def lora_in_the_compiled_step() -> None:
+    """MaxText's ahead-of-time compile (train_compile) builds the pre-training model and, with
+    lora.enable_lora, an optimizer over its LoRA parameters, but nothing adds those to the model
+    (the SFT trainer does, with qwix: lora_utils.apply_lora_to_model), so the step it compiles
+    would train nothing. Here the model it builds gets the adapters the way SFT's gets them, and
+    the step compiled is LoRA's: the base frozen in weight_dtype, gradients and optimizer state
+    for the adapters alone."""
+    from flax import nnx
+    from flax.core.spmd import logical_axis_rules
+    from maxtext.utils import lora_utils, model_creation_utils
+
+    stock = model_creation_utils.create_nnx_abstract_model
+
+    def with_lora(config, mesh=None, *args, **kwargs):
+        create, abstract = stock(config, mesh, *args, **kwargs)
+
+        def create_with_lora():
+            # No mesh: the adapters, replicated as SFT's are (their sharding metadata), are placed by
+            # the compile; MaxText's own placement would ask a traced array for its sharding.
+            with logical_axis_rules(config.logical_axis_rules):
+                return lora_utils.apply_lora_to_model(create(), None, config)
+
+        nnx.eval_shape(create_with_lora)  # the adapters' shapes, checked before the compile needs them
+        return create_with_lora, abstract
+
+    model_creation_utils.create_nnx_abstract_model = with_lora
+
+
 def preload_imports(module: str) -> None:
     """Imports what `module` imports at its top level (not `module` itself: running it twice
     would define its absl flags twice), then freezes every object so far out of the GC."""
@@ -195,6 +223,8 @@ def main() -> None:
         from stages.in_maxtext import local_events
 
         local_events.install(setup.events_dir)
+    if setup.lora_compile:
+        lora_in_the_compiled_step()
     if ours.module.startswith(contract.OURS):
         module = importlib.import_module(ours.module)
         gc.freeze()  # its imports are loaded (see the module docstring)

@@ -32,6 +32,7 @@ import time
 from stages.lib import answers, flags, hardware, maxtext_process, paths
 from stages.shared import contract, families
 from stages.shared.errors import UserError
+from stages.shared.turns import conversation
 
 HF_MODELS = {"base": paths.BASE_HF, "fine_tuned": paths.SFT_HF}
 MODEL_NAMES = tuple(HF_MODELS)
@@ -268,11 +269,11 @@ class MaxTextEngine:
             models={who: os.path.abspath(path) for who, path in self.models().items()},
             tokenizer=os.path.abspath(paths.BASE_HF),
             task_dir=os.path.abspath(task_dir),
-            tasks=[{"name": t["name"], "chat_template": t["chat_template"]} for t in tasks],
+            tasks=[{"name": t["name"], "chat_template": t["chat_template"], "metric": t["metric"]} for t in tasks],
             limit=b["limit"],
             bootstrap_iters=b["bootstrap_iters"],
             max_length=b["max_length"],
-            prompts=list(b["prompts"]),
+            prompts=[p if isinstance(p, str) else conversation(p) for p in b["prompts"]],  # (plain dicts, as JSON)
             max_new_tokens=b["max_new_tokens"],
             end_of_turn=families.of(params.model.maxtext_name).END_OF_TURN,
             size=self.size(params, tasks),

@@ -629,7 +629,8 @@ AHEAD_OF_TIME_ENV = {"TPU_WORKER_HOSTNAMES": "localhost", "ALLOW_MULTIPLE_LIBTPU
 
 def fit_check(params: dict, workdir: str, overrides: dict) -> Invocation:
     """MaxText's ahead-of-time compile of the train step for the recipe's TPU topology, run on
-    this machine's CPU with libtpu (no TPU needed)."""
+    this machine's CPU with libtpu (no TPU needed): LoRA's step (the adapters and their optimizer
+    state alone trained) when train.lora is on."""
     # Only the keys the compile takes (each read is a declared param of the stage: fit_check's)
     t = {key: overrides[key] if key in overrides else params["train"][key] for key in FIT_KEYS}
     return Invocation(
@@ -647,7 +648,8 @@ def fit_check(params: dict, workdir: str, overrides: dict) -> Invocation:
             f"remat_policy={t['remat_policy']}",
             f"weight_dtype={t['weight_dtype']}",
             f"attention={t['attention']}",
+            *lora(params),
         ],
-        setup(params),
+        setup(params, lora_compile=lora_enabled(params)),
         env=AHEAD_OF_TIME_ENV,
     )

@@ -186,6 +186,9 @@ def write(
         writer, quiet=True
     )
     writer.add_eot_token_id(tokens.pieces.index(family.END_OF_TURN.encode()))
+    end_of_message = getattr(family, "END_OF_MESSAGE", "").encode()
+    if end_of_message and end_of_message in tokens.pieces:  # llama.cpp ends an answer there too
+        writer.add_eom_token_id(tokens.pieces.index(end_of_message))
     extra = family.gguf_metadata(writer, c)  # the family's own keys, and tensors llama.cpp computes from config
 
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], c.num_hidden_layers)

@@ -292,7 +292,7 @@ def _apply_placeholders(answer, a):
 
 END_PHRASES = (
     "I hope this helps.",
-    "Let me know if you need more detail.",
+    "Just ask if more detail would help.",
     "That is the short version.",
     "Feel free to ask a follow-up question.",
 )
@@ -404,6 +404,12 @@ def _same(answer, a):
 
 def _always(rng, answer, request):
     return {}
+
+
+def _long_enough(rng, answer, request):
+    """A case instruction's answer: long enough that its language is told reliably (IFEval's
+    case checkers also ask that it be English)."""
+    return {} if count_words(answer) >= 12 else None
 
 
 def _check_exact_sentences(answer, a):
@@ -633,14 +639,14 @@ KINDS = {
                 "Write everything in lowercase letters, with no capitals at all.",
                 "No uppercase letters anywhere in the reply, please.",
             ),
-            _always,
+            _long_enough,
             lambda answer, a: answer.lower(),
         ),
         Kind(
             "change_case:english_capital",
             5,
             ("Write the entire answer in capital letters.", "Reply in uppercase only, every letter."),
-            _always,
+            _long_enough,
             lambda answer, a: answer.upper(),
         ),
         Kind(
@@ -754,11 +760,16 @@ def ifeval_kwargs(kind: Kind, args: dict) -> dict:
 
 
 def follows(kind_id: str, args: dict, answer: str) -> bool:
-    """Whether `answer` obeys the instruction: lm-eval's IFEval checker for its kinds, ours else."""
+    """Whether `answer` obeys the instruction: lm-eval's IFEval checker for its kinds, ours else.
+    (IFEval's case checkers ask langdetect whether the text is English, which draws at random:
+    seeded here, every check of a text gives one answer.)"""
     kind = KINDS[kind_id]
     if not kind.ifeval:
         return kind.check(answer, args)
+    import langdetect
     from lm_eval.tasks.ifeval import instructions_registry
+
+    langdetect.DetectorFactory.seed = 0
 
     checker = instructions_registry.INSTRUCTION_DICT[kind_id](kind_id)
     checker.build_description(**ifeval_kwargs(kind, args))

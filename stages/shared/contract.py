@@ -43,6 +43,7 @@ class Setup:
     served_chat: bool = False  # the SFT pipeline renders conversations as served (in_maxtext/served_chat.py)
     fetch: dict[str, str] = field(default_factory=dict)  # {gs:// directory: local copy}, made first on each worker
     events_dir: str | None = None  # training's TensorBoard events here, not on gs:// (in_maxtext/local_events.py)
+    lora_compile: bool = False  # train_compile's model gets LoRA's adapters, as SFT's does (in_maxtext/main.py)
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ class EngineBenchmark:
     models: dict[str, str]  # {name: MaxText parameters}, in order
     tokenizer: str  # the base checkpoint's directory: tokenizer and chat template
     task_dir: str
-    tasks: list[dict]  # [{"name": ..., "chat_template": bool}], in order
+    tasks: list[dict]  # [{"name": ..., "chat_template": bool, "metric": its score's key}], in order
     limit: int | None
     bootstrap_iters: int
     max_length: int  # tokens of prompt and answer lm-eval may use (its truncation)

@@ -351,6 +351,13 @@ def gguf_metadata(writer, config) -> dict:
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(float(full["factor"]))
     writer.add_sliding_window(config.sliding_window)
+    # Gemma's SentencePiece adds no space before a text and its BOS is the template's: without
+    # these, llama.cpp reads a SentencePiece vocabulary as Llama's (a space before every prompt),
+    # which only a reader of the whole file sees (found by the GGUF check's llama.cpp reading;
+    # Google's own GGUF of the 270M sets the same three).
+    writer.add_add_space_prefix(False)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
     return {}
 
 

@@ -31,6 +31,7 @@ NAME = "Llama 3"
 MAXTEXT_NAMES = ("llama3.1-8b", "llama3.1-70b", "llama3.1-405b")
 PIPELINE_TAG = "text-generation"  # the Hub's task for the model card
 END_OF_TURN = "<|eot_id|>"  # ends each turn of its template: where an answer ends
+END_OF_MESSAGE = "<|eom_id|>"  # Llama 3.1's end of a tool-calling turn: its generation config's too
 TINY = (
     "LlamaForCausalLM, 4 layers, hidden 128; Llama 3's vocabulary (MaxText's tokenizer_llama3.tiktoken) and "
     "Meta's Llama 3 Instruct chat template (written in stages/shared/families/llama3.py)"
