@@ -9,9 +9,10 @@ WORKSPACE is a run of a recipe whose base_model and convert_in have run (the rea
 recipes'); its base model is what both backends score (a scratch copy of the workspace's params,
 the tasks cut to the slice asked for). Reported, per task: each
 backend's score and standard error, and whether they agree within one; for generating tasks the
-share of identical answers, and at the first token where two answers part, transformers' margin
-between its two likeliest tokens (a tie the two arithmetics may break either way); for
-log-likelihood tasks the mean and largest difference of the per-choice log-likelihoods.
+share of identical answers (and, for the recipe's greedy prompts, the character at which two
+answers part); for log-likelihood tasks the mean and largest difference of the per-choice
+log-likelihoods. The workspace's MaxText base should be float32 (`convert_in.save_dtype:
+float32`), or the comparison measures bf16's rounding too.
 """
 
 import argparse

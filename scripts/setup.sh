@@ -50,7 +50,7 @@ scripts/setup-data.sh
 stamp=.venv/.llama-cpp-lock.sha256
 want=$(sha256sum requirements/llama-cpp.lock | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "setup: installing requirements/llama-cpp.lock into .venv (the first time on a machine: a ~10-minute build)"
+  echo "setup: installing requirements/llama-cpp.lock into .venv (the first time on a machine: a build of ~4 minutes on 2 cores)"
   CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_CURL=OFF" \
     CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
     .venv/bin/python -m uv pip install -q --python .venv/bin/python --no-deps --require-hashes -r requirements/llama-cpp.lock

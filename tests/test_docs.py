@@ -79,6 +79,34 @@ def test_every_script_a_doc_runs_is_there_and_executable():
                     assert path.stat().st_mode & 0o111, f"{where}: {line}: {word} is not executable"
 
 
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+ANY_FENCE = re.compile(r"^```[\w-]*\n.*?^```", re.S | re.M)
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_between_the_docs_lands_on_a_file_and_a_heading():
+    """A relative link names a file that is there and, with #anchor, one of its headings: the
+    docs point at each other's figures by section, and a renamed section must not strand them."""
+    broken = []
+    for doc in DOCS:
+        for target in LINK.findall(doc.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue  # (https:, mailto:)
+            path, _, anchor = target.partition("#")
+            file = (doc.parent / path).resolve() if path else doc
+            if not file.exists():
+                broken.append(f"{doc.name}: {target}: no such file")
+            elif anchor and file.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", ANY_FENCE.sub("", file.read_text()), re.M)
+                if anchor not in {slug(h) for h in headings}:
+                    broken.append(f"{doc.name}: {target}: no such heading in {file.name}")
+    assert broken == [], "\n".join(broken)
+
+
 def placeholder(words: list[str]) -> bool:
     """A command with a part to fill in (NAME, N, ..., <path>, $VAR): not runnable as written."""
     return any(re.fullmatch(r"[A-Z][A-Z_]*", w) or "..." in w or "<" in w or "$" in w for w in words)

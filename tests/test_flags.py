@@ -126,6 +126,19 @@ def test_lora_is_decided_once_for_training_and_the_export_check(project_4b):
     assert merge.request.scale == 2.0  # alpha / rank
 
 
+def test_the_fit_check_compiles_the_step_sft_runs(project_4b):
+    """SFT accumulates gradients in Tunix over what it trains; MaxText's compiled step would
+    accumulate the frozen base's too, so LoRA's fit check compiles one micro-step."""
+    p = project_4b
+    p["train"]["gradient_accumulation_steps"] = 8
+    full = kv(flags.fit_check(p, "w", {}).args)
+    assert full["gradient_accumulation_steps"] == "8" and "lora.enable_lora" not in full
+    p["train"]["lora"]["enabled"] = True
+    lora = flags.fit_check(p, "w", {})
+    assert kv(lora.args)["gradient_accumulation_steps"] == "1" and kv(lora.args)["lora.enable_lora"] == "true"
+    assert lora.setup.lora_compile
+
+
 def test_runtime_settings_reach_maxtext_without_being_results(project_4b, monkeypatch):
     p = project_4b
     args = kv(flags.train(p, "w", "m", "s").args)
