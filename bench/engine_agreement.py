@@ -59,7 +59,9 @@ def main() -> None:
     parser.add_argument("--gsm8k", type=int, default=20)
     parser.add_argument("--mmlu", type=int, default=2)
     parser.add_argument("--gen-toks", type=int, default=128)
+    parser.add_argument("--save", default="engine-agreement.json", help="both backends' results and samples")
     args = parser.parse_args()
+    save = os.path.abspath(args.save)
     os.chdir(args.workspace)
     scratch = tempfile.mkdtemp(prefix="agreement-")
     # The base alone, in each backend (their model lists, cut to it: the measure needs one model).
@@ -76,6 +78,8 @@ def main() -> None:
             found[backend.name] = backend.run(params, tasks, task_dir, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    with open(save, "w") as f:  # what each backend said, whatever the comparison makes of it
+        json.dump(found, f, default=str)
     report = compare(tasks, found)
     print(json.dumps(report, indent=1))
 
@@ -94,7 +98,7 @@ def compare(tasks: list[dict], found: dict) -> dict:
             score[who] = (float(entry[metric]), float(entry.get(stderr_key) or float("nan")))
         diff = abs(score["hf"][0] - score["maxtext"][0])
         row = {"hf": score["hf"], "maxtext": score["maxtext"], "within_one_stderr": diff <= max(score["hf"][1], 1e-12)}
-        a, b = hf_samples["base"].get(name, []), mt_samples["base"].get(name, [])
+        a, b = hf_samples["base"].get(name, []), mt_samples["base"].get(name, [])  # (a group's: its subtasks')
         if t["cfg"].get("output_type") == "generate_until":
             pairs = [(x["resps"][0][0], y["resps"][0][0]) for x, y in zip(a, b, strict=True)]
             row["answers_identical"] = sum(x == y for x, y in pairs) / max(len(pairs), 1)

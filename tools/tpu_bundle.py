@@ -274,6 +274,7 @@ PORTABLE_ADVICE = (
     "a portable CPython 3.12 (python-build-standalone: `.venv/bin/uv python install 3.12`, then --python "
     '"$(.venv/bin/uv python find --managed-python 3.12)")'
 )
+ANY_ADVICE = PORTABLE_ADVICE + ', or this machine\'s own (--python "$(command -v python3.12)")'
 
 
 def python_prefix(given: str) -> str:
@@ -297,10 +298,10 @@ def python_prefix(given: str) -> str:
             return prefix
         if found.returncode == 0:
             raise BundleError(
-                f"--python {given}: CPython {version}, not 3.12 (MaxText 0.2.5 needs 3.12); use {PORTABLE_ADVICE}"
+                f"--python {given}: CPython {version}, not 3.12 (MaxText 0.2.5 needs 3.12); use {ANY_ADVICE}"
             )
     raise BundleError(
-        f"--python {given}: neither a CPython 3.12 interpreter nor the prefix of one; use {PORTABLE_ADVICE}"
+        f"--python {given}: neither a CPython 3.12 interpreter nor the prefix of one; use {ANY_ADVICE}"
     )
 
 

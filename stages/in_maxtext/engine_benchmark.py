@@ -158,7 +158,8 @@ def evaluate(lm: EngineLM, request: contract.EngineBenchmark, manager, who: str)
         found = json.loads(json.dumps(found, default=handle_non_serializable))  # what lm-eval's CLI writes
         for key in ("results", "groups", "n-samples"):
             results.setdefault(key, {}).update(found.get(key, {}))
-        samples[task["name"]] = found.get("samples", {}).get(task["name"], [])
+        # every sample of the run: a group's (MMLU's) are its subtasks'
+        samples[task["name"]] = [s for logged in found.get("samples", {}).values() for s in logged]
         scored = found.get("results", {}).get(task["name"]) or found.get("groups", {}).get(task["name"]) or {}
         print(
             f"benchmark: {who}: {task['name']} done in {time.monotonic() - started:.0f} s (MaxText's engine): "

@@ -137,7 +137,8 @@ class Transformers:
                 )
                 for key in ("results", "groups", "n-samples"):
                     results[who].setdefault(key, {}).update(found.get(key, {}))
-                samples[who][t["name"]] = found.get("samples", {}).get(t["name"], [])
+                # every sample of the run: a group's (MMLU's) are its subtasks'
+                samples[who][t["name"]] = [s for logged in found.get("samples", {}).values() for s in logged]
                 print(
                     f"benchmark: {who}: {t['name']} done in {time.monotonic() - started:.0f} s (lm-eval, transformers "
                     f"backend, batches of {batches[kind]})",
