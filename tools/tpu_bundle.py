@@ -300,9 +300,7 @@ def python_prefix(given: str) -> str:
             raise BundleError(
                 f"--python {given}: CPython {version}, not 3.12 (MaxText 0.2.5 needs 3.12); use {ANY_ADVICE}"
             )
-    raise BundleError(
-        f"--python {given}: neither a CPython 3.12 interpreter nor the prefix of one; use {ANY_ADVICE}"
-    )
+    raise BundleError(f"--python {given}: neither a CPython 3.12 interpreter nor the prefix of one; use {ANY_ADVICE}")
 
 
 def runtime_glibc(prefix: str) -> str | None:
