@@ -19,7 +19,7 @@ Off, it writes a note in data/preference/ (always the same bytes) and reads noth
 import json
 import os
 
-from stages.lib import chat, hardware, hub, outputs, package_data, paths, preference_pairs
+from stages.lib import chat, decontamination, hardware, hub, outputs, package_data, paths, preference_pairs
 from stages.lib.cli import run
 from stages.lib.params import load
 
@@ -32,9 +32,10 @@ OFF_TEXT = (
 )
 
 
-def select(d: dict, split: str) -> tuple[str, object, chat.Selection]:
+def select(d: dict, split: str, exclude=None) -> tuple[str, object, chat.Selection]:
     """(where, rows, selection) of one split: the one place `preference.data.*` becomes a row
-    check (this stage and tools/validate.py both read pairs through it)."""
+    check (this stage and tools/validate.py both read pairs through it). `exclude`: the
+    training split's decontamination filter."""
     where, rows = chat.split_rows(d, split, "preference.data")
     selection = chat.Selection(
         where,
@@ -43,6 +44,7 @@ def select(d: dict, split: str) -> tuple[str, object, chat.Selection]:
         d["max_skipped_fraction"],
         parse=preference_pairs.parser(d["format"]),
         section="preference.data",
+        exclude=exclude,
     )
     return where, rows, selection
 
@@ -101,18 +103,26 @@ def main() -> None:
         hub.check_access(d["repo_id"], d["revision"], "dataset")
     if d["source"] == "package":  # before anything is written
         package_data.locate(d["package"], "preference.data.package")
+    decontaminate = decontamination.Filter(d["decontaminate"], "preference.data")
     tokenizer = tokenizer_as_maxtext()
     counts = {"enabled": True}
     with outputs.staged_dir(OUT) as tmp:
         skipped = []
         for name, split, limit in chat.splits(d):
-            where, rows, selection = select(d, split)
+            where, rows, selection = select(d, split, decontaminate if name == "train" else None)
             cut = write_split(selection.rows(rows, limit), tokenizer, pref, os.path.join(tmp, f"{name}.jsonl"))
-            skipped += [{"split": name, **s} for s in selection.skipped]
+            skipped += [{"split": name, **s} for s in selection.skipped + selection.excluded]
             counts[name] = {"pairs": selection.kept, "skipped": len(selection.skipped), "cut_to_fit": cut}
+            if name == "train":
+                counts[name]["decontaminated"] = len(selection.excluded)
             print(
                 f"preference_data: {name}: {selection.kept} pairs from {where}"
                 + (f", {len(selection.skipped)} bad pairs skipped ({OUT}/{SKIPPED})" if selection.skipped else "")
+                + (
+                    f", {len(selection.excluded)} left out for holding a benchmark's prompt ({OUT}/{SKIPPED})"
+                    if selection.excluded
+                    else ""
+                )
                 + (
                     f"; {cut} longer than preference.max_prompt_length / max_target_length, which MaxText cuts"
                     if cut

@@ -10,7 +10,8 @@ one, else this machine's CPU; tools.answers runs the same). Every answer is chec
 every instruction of its prompt (stages/lib/instructions.py: lm-eval's IFEval checkers for
 IFEval's kinds). A pair is (an answer that passes, one that fails); where none fails, (the
 transformed answer the constraints stage made, the conversation's original answer), which does
-not obey; where none passes, (the transformed answer, an answer that fails). Writes
+not obey; where none passes, (the transformed answer, an answer that fails, cut off at
+max_new_tokens or not). Writes
   data/self-pairs/train.jsonl, eval.jsonl   UltraFeedback's shape (`chosen`, `rejected`
                                             {role, content} lists ending in the two answers):
                                             preference_data reads them as a local source
@@ -24,12 +25,13 @@ import json
 import os
 import random
 import tempfile
+from typing import NamedTuple
 
 from stages.lib import benchmark_data, flags, hardware, instructions, maxtext_process, outputs, paths
 from stages.lib.cli import run
 from stages.lib.params import load
 from stages.shared import contract, families
-from stages.shared.errors import UserError
+from stages.shared.errors import StageFailed, UserError
 
 METRICS = os.path.join("metrics", "self_pairs.json")
 HELDOUT = os.path.join(paths.CONSTRAINTS, "heldout.jsonl")
@@ -40,7 +42,12 @@ OFF_TEXT = (
 EVAL_EVERY = 10  # every 10th pair is held out for evaluate's pair scores
 
 
-def sample(params, prompts: list[dict], work: str) -> list[list[str]]:
+class Answer(NamedTuple):
+    text: str
+    ended: bool  # within max_new_tokens, at the family's end of turn
+
+
+def sample(params, prompts: list[dict], work: str) -> list[list[Answer]]:
     """Each prompt's `samples` answers by the SFT model, through MaxText's engine."""
     from stages.lib.answers import left_padding_tokenizer
 
@@ -73,23 +80,24 @@ def sample(params, prompts: list[dict], work: str) -> list[list[str]]:
         progress=maxtext_process.last_line("self_pairs", "answers: "),
     )
     with open(out) as f:
-        return [[a["text"] if a["ended"] else None for a in json.loads(line)["answers"]] for line in f]
+        return [[Answer(a["text"], a["ended"]) for a in json.loads(line)["answers"]] for line in f]
 
 
-def pair(
-    prompt: dict, said: list[str | None], rng: random.Random, passed: collections.Counter
-) -> tuple[dict | None, str]:
+def pair(prompt: dict, said: list[Answer], rng: random.Random, passed: collections.Counter) -> tuple[dict | None, str]:
     """One pair for the prompt from its answers (None: none to make), and where its two sides
-    came from. An answer that never ended its turn fails."""
+    came from. An answer that never ended its turn fails every check; its text (cut at
+    max_new_tokens) can still be the side rejected: an answer that runs on is what the pair
+    teaches against."""
     checks = prompt["instructions"]
-    ok = []
-    for text in said:
-        results = [text is not None and instructions.follows(c["id"], c["args"], text) for c in checks]
+    good, bad = [], []
+    for answer in said:
+        results = [answer.ended and instructions.follows(c["id"], c["args"], answer.text) for c in checks]
         for c, r in zip(checks, results, strict=True):
             passed[c["id"]] += r
-        ok.append(all(results))
-    good = [t for t, o in zip(said, ok, strict=True) if o]
-    bad = [t for t, o in zip(said, ok, strict=True) if not o and t]
+        if all(results):
+            good.append(answer.text)
+        elif answer.text.strip():
+            bad.append(answer.text)
     if good and bad:
         chosen, rejected, origin = rng.choice(good), rng.choice(bad), "sampled_pass_vs_fail"
     elif good and prompt["answer"] != prompt["original"]:  # all obeyed: the transformed answer, the conversation's own
@@ -98,7 +106,7 @@ def pair(
         return None, "no_pair"
     elif bad:
         chosen, rejected, origin = prompt["answer"], rng.choice(bad), "transformed_vs_sampled_fail"
-    else:  # no answer ended its turn: nothing the model said to reject
+    else:  # every answer empty: nothing the model said to reject
         return None, "no_pair"
     turn = prompt["messages"]
     row = {
@@ -135,6 +143,11 @@ def main() -> None:
         origins[origin] += 1
         if row is not None:
             rows.append(row)
+    if not rows:
+        raise StageFailed(
+            f"no pairs from {len(prompts)} prompts: each answer the SFT model gave was empty, or obeyed where the "
+            "conversation's own answer obeys too; raise preference.self_pairs.samples or constraints.heldout"
+        )
     with outputs.staged_dir(paths.SELF_PAIRS) as tmp:
         splits = {"train": [r for i, r in enumerate(rows) if i % EVAL_EVERY], "eval": rows[::EVAL_EVERY]}
         for split, members in splits.items():
@@ -145,7 +158,7 @@ def main() -> None:
         "enabled": True,
         "prompts": len(prompts),
         "answers": answers,
-        "answers_ended": sum(a is not None for s in said for a in s),
+        "answers_ended": sum(a.ended for s in said for a in s),
         "pairs": dict(origins),
         "passed_per_kind": {k: round(passed[k] / (asked[k] * p.self_pairs["samples"]), 4) for k in sorted(asked)},
     }

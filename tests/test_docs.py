@@ -16,7 +16,7 @@ from testkit.workspace import REPO, copy_project, with_real_4b_config
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"```(?:bash|sh|console)?\n(.*?)```", re.S)
-INLINE = re.compile(r"`((?:python3?|\.venv/bin/python) -m [^`]+|scripts/[\w./-]+\.sh[^`]*|bench/[\w./-]+\.sh[^`]*)`")
+INLINE = re.compile(r"`((?:python3?|\.venv/bin/python)\s+-m\s[^`]+|scripts/[\w./-]+\.sh[^`]*|bench/[\w./-]+\.sh[^`]*)`")
 CHEAP = ("--help", "--dry-run", "tools.plan", "tools.recipe")
 
 

@@ -83,13 +83,12 @@ def test_the_shared_stages_ran_once_in_all(experiments):
 
 
 def test_a_train_param_reruns_train_and_what_follows(experiments):
-    # (preference, off, runs too: its input, the SFT model, changed; it writes its same note.)
+    # (preference and self_pairs, off, run too: their input, the SFT model, changed; each writes
+    # its same note.)
     for name in EXPERIMENTS:
         ran = sorted(stages_run(finished_run(experiments, name)))
-        assert ran == ["benchmark", "convert_out", "evaluate", "export_gguf", "preference", "train"], (
-            name,
-            experiments.logs[name][-2000:],
-        )
+        expected = ["benchmark", "convert_out", "evaluate", "export_gguf", "preference", "self_pairs", "train"]
+        assert ran == expected, (name, finished_run(experiments, name)[-2000:])
 
 
 def test_the_preempted_variant_resumed_on_a_new_vm_and_ended_as_run_here(experiments, tiny_run):
@@ -148,7 +147,9 @@ def test_a_finished_variant_is_published_not_trained_again_on_another_vm(experim
     sh(["dvc", "exp", "pull", "origin", AS_RECIPE, "--no-cache"], vm, **cloud)
     sh(["dvc", "exp", "branch", AS_RECIPE, "vm-3"], vm, **cloud)
     sh(["git", "checkout", "-q", "vm-3"], vm)
-    sh(["dvc", "pull", "base_model", "dataset", "token_lengths", "convert_in"], vm, **cloud)  # its inputs
+    sh(
+        ["dvc", "pull", "base_model", "dataset", "constraints", "token_lengths", "convert_in"], vm, **cloud
+    )  # its inputs
     # --force: the train stage runs although the remote holds its outputs, as if they had never been pushed.
     proc = sh(["dvc", "repro", "--single-item", "--force", "train"], vm, **cloud)
     out = proc.stdout + proc.stderr

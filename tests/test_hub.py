@@ -148,7 +148,7 @@ def test_dataset_streams_the_pinned_revision(hub, workspace):
     assert train == [{"messages": conversation(i)} for i in range(30)]
     assert len(evals) == 5  # dataset.max_eval_rows
     assert json.loads((root / "metrics" / "dataset.json").read_text()) == {
-        "train": {"rows": 30, "skipped": 0},
+        "train": {"rows": 30, "skipped": 0, "decontaminated": 0},
         "eval": {"rows": 5, "skipped": 0},
     }
 

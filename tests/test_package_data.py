@@ -106,11 +106,20 @@ def test_a_json_array_that_cannot_be_read_is_one_line(tmp_path, content, message
         list(chat.read_json_array(str(path)))
 
 
+# An IFEval prompt's words pasted into a turn, its case and punctuation changed (prompt 21's end)
+PASTED = [("human", "Bonjour"), ("gpt", "Salut ! IS THERE anything else -- I can help with, today?")]
+# Its words split over two turns: no run of 8 within one text
+SPLIT = [("human", "Is there anything else"), ("gpt", "I can help with? Oui.")]
+
+
 def test_the_dataset_stage_reads_a_package_file_through_the_bad_row_policy(workspace, tmp_path):
     """A ShareGPT-like package of 30 records: every 5th row held out (the last, cut off, among
     them), a conversation that starts with the assistant (a ShareGPT fragment) and the cut-off
-    record skipped, counted and listed."""
-    records = [record(i, GOOD if i != 7 else GOOD[1:]) for i in range(1, 31)]
+    record skipped, counted and listed; a training conversation that holds 8 words in a row of
+    an IFEval prompt left out and listed with the prompt (dataset.decontaminate), one whose
+    turns only share them between them kept, and a held-out one kept."""
+    turns = {7: GOOD[1:], 12: PASTED, 13: SPLIT, 15: PASTED}
+    records = [record(i, turns.get(i, GOOD)) for i in range(1, 31)]
     site = tmp_path / "site"
     pin = installed(site, "chat-data", "0.1.0", {"chat_data/data/sharegpt.json": sharegpt(records, cut=True)})
     root = workspace("package-data")
@@ -129,10 +138,11 @@ def test_the_dataset_stage_reads_a_package_file_through_the_bad_row_policy(works
         set_param(root, f"dataset.{key}", value)
     sh([sys.executable, "-m", "stages.dataset"], root, PYTHONPATH=f"{site}:{REPO}")
     counts = json.loads((root / "metrics" / "dataset.json").read_text())
-    assert counts == {"train": {"rows": 23, "skipped": 1}, "eval": {"rows": 5, "skipped": 1}}
+    assert counts == {"train": {"rows": 22, "skipped": 1, "decontaminated": 1}, "eval": {"rows": 5, "skipped": 1}}
     skipped = [json.loads(line) for line in (root / "data" / "chat" / "skipped.jsonl").read_text().splitlines()]
-    assert [(s["split"], s["row"]) for s in skipped] == [("train", 7), ("eval", 30)]
-    assert skipped[1]["reason"] == "cut off: the file ends inside this record"
+    assert [(s["split"], s["row"]) for s in skipped] == [("train", 7), ("train", 12), ("eval", 30)]
+    assert skipped[1]["reason"] == "shares 8 words with ifeval prompt 21: 'is there anything else i can help with'"
+    assert skipped[2]["reason"] == "cut off: the file ends inside this record"
     first = json.loads((root / "data" / "chat" / "eval.jsonl").read_text().splitlines()[0])
     assert first["messages"][0] == {"role": "user", "content": "Bonjour 🙂"}
 
@@ -169,3 +179,10 @@ def test_the_data_lock_pins_what_the_recipes_read():
     for pin in pins.values():
         assert f"{pin['name']}=={pin['version']} " in lock
         package_data.locate(pin, "recipe")
+
+
+def test_a_split_whose_every_row_holds_a_benchmark_prompt_is_refused_by_name():
+    selection = chat.Selection("train.jsonl", "messages", exclude=lambda record: "shares 8 words with ifeval prompt 3")
+    rows = [(1, {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}, None)]
+    with pytest.raises(UserError, match=r"every row shares .* \(shares 8 words with ifeval prompt 3\); check dataset"):
+        list(selection.rows(rows))

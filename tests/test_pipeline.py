@@ -33,6 +33,7 @@ def test_metrics_read_at_a_glance(tiny_run):
     groups = {path: set(found["data"]) for path, found in files.items()}
     assert groups == {
         "metrics/dataset.json": {"train", "eval"},
+        "metrics/constraints.json": {"constraints"},  # (share 0: none made, its counts zero)
         "metrics/token_lengths.json": {"train", "eval"},
         "metrics/fit_check.json": {"fit"},
         "metrics/convert_check.json": {"conversion"},  # (as export_check.json)
@@ -41,6 +42,7 @@ def test_metrics_read_at_a_glance(tiny_run):
         "metrics/gguf_check.json": {"gguf"},  # per type under it
         "metrics/eval.json": {"eval"},
         "metrics/benchmark.json": {"benchmark"},
+        "metrics/self_pairs.json": {"self_pairs"},  # (off: {"enabled": false} under it)
         "metrics/preference_data.json": {"preference_data"},  # (off: {"enabled": false} under it)
         "dvclive-preference/metrics.json": {"run"},  # (off: {"enabled": false}; on: DVCLive's, as train's)
     }, groups

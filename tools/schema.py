@@ -8,8 +8,8 @@ against it: VS Code's YAML extension through .vscode/settings.json; elsewhere, p
 yaml-language-server's `yaml.schemas` at params.schema.json.
 """
 
+import argparse
 import json
-import sys
 
 from stages.lib import outputs
 from stages.lib.cli import run
@@ -24,7 +24,9 @@ def rendered() -> str:
 
 
 def main() -> None:
-    if "--check" in sys.argv:
+    parser = argparse.ArgumentParser(prog="python -m tools.schema", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help=f"only say whether {SCHEMA_FILE} is up to date")
+    if parser.parse_args().check:
         with open(SCHEMA_FILE) as f:
             if f.read() != rendered():
                 raise UserError(f"{SCHEMA_FILE} is out of date with stages/lib/params.py; run: python -m tools.schema")

@@ -8,6 +8,7 @@ times `dvc repro` logged (logs/stage_times.json); runs nothing. A stage that has
 is left out. `dvc metrics show` has every figure; `dvc plots show` draws the curves.
 """
 
+import argparse
 import os
 import sys
 
@@ -111,6 +112,7 @@ def lines(found: dict[str, dict], limits: dict | None) -> list[str]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(prog="python -m tools.summary", description=__doc__.split("\n\n")[0]).parse_args()
     paths = [
         "metrics/dataset.json",
         "metrics/token_lengths.json",

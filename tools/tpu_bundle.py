@@ -429,6 +429,13 @@ def extract(bundle: str, manifest: dict, dest: str, mode: str) -> None:
             tar.extract(member, dest)
 
 
+def own_environment() -> dict[str, str]:
+    """This environment less what points a Python at a standard library: the bundle's
+    interpreter finds its own, and a PYTHONHOME or PYTHONPATH meant for the python3 running
+    the install (another version's) would send it there and stop it before it starts."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONPATH")}
+
+
 def install(bundle: str, project: str) -> None:
     started = time.time()
     manifest = read_manifest(bundle)
@@ -447,7 +454,7 @@ def install(bundle: str, project: str) -> None:
         os.replace(os.path.join(work, "python"), runtime)
         python = os.path.join(runtime, "bin", "python3.12")
         partial = os.path.join(work, "venv")
-        subprocess.run([python, "-m", "venv", "--without-pip", partial], check=True)
+        subprocess.run([python, "-m", "venv", "--without-pip", partial], check=True, env=own_environment())
         uv = wheel_program(os.path.join(work, "wheels"), "uv", work)
         subprocess.run(
             [
@@ -468,12 +475,13 @@ def install(bundle: str, project: str) -> None:
                 os.path.join(work, "offline.txt"),
             ],
             check=True,
+            env=own_environment(),  # (it compiles the bytecode with the venv's interpreter)
         )
         shutil.rmtree(venv, ignore_errors=True)
         # A venv names its own path in its scripts: made beside, it is made again in place (the
         # installed packages stay), then moved whole.
         os.replace(partial, venv)
-        subprocess.run([python, "-m", "venv", "--without-pip", venv], check=True)
+        subprocess.run([python, "-m", "venv", "--without-pip", venv], check=True, env=own_environment())
         fix_scripts(venv, partial)
         with open(stamp, "w") as f:
             f.write(manifest["archive_sha256"] + "\n")

@@ -7,6 +7,7 @@ allowed values, unknown keys), the local chat data (and preference pairs) row by
 the base checkpoint is one MaxText can represent. Exit 0 when all is well.
 """
 
+import argparse
 import os
 
 from stages import dataset, preference_data
@@ -29,6 +30,7 @@ def check_local(d: dict, select, what: str, skipper: str) -> None:
 
 
 def main() -> None:
+    argparse.ArgumentParser(prog="python -m tools.validate", description=__doc__.split("\n\n")[0]).parse_args()
     params = load()
     print("params.yaml: ok")
     if params["dataset"]["source"] in ("local", "package"):

@@ -213,7 +213,10 @@ class Selection:
     format: str = "messages"
     parse: Callable[[object], tuple[dict | None, str | None]] | None = None
     section: str = "dataset"
+    # Good rows left out all the same (stages/lib/decontamination.py): None, or why
+    exclude: Callable[[dict], str | None] | None = None
     skipped: list[dict] = field(default_factory=list)
+    excluded: list[dict] = field(default_factory=list)
     kept: int = 0
 
     def rows(self, source, limit: int | None = None):
@@ -231,12 +234,21 @@ class Selection:
                     raise UserError(f"{self.where}, row {row_no}: {bad}")
                 self.skipped.append({"row": row_no, "reason": bad})
                 continue
+            why = self.exclude(record) if self.exclude else None
+            if why:
+                self.excluded.append({"row": row_no, "reason": why})
+                continue
             self.kept += 1
             yield record
         self.check()
 
     def check(self) -> None:
-        seen = self.kept + len(self.skipped)
+        seen = self.kept + len(self.skipped) + len(self.excluded)
+        if self.kept == 0 and self.excluded and not self.skipped:
+            raise UserError(
+                f"{self.where}: every row shares a run of words with a benchmark prompt "
+                f"({self.excluded[0]['reason']}); check {self.section}.decontaminate"
+            )
         if seen == 0:
             raise UserError(f"{self.where}: no rows; an empty split cannot be trained or evaluated on")
         if len(self.skipped) > self.max_skipped_fraction * seen:

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from stages.lib import chat, gguf_export, hardware, long_rows, paths
+from stages.lib import chat, decontamination, gguf_export, hardware, long_rows, paths
 from stages.shared import families, rendering
 from stages.shared.errors import UserError
 
@@ -216,6 +216,13 @@ class DataSource(Section):
     )
     train_split: Str(nullable=True, doc="local and hub: the training split's name")
     eval_split: Str(nullable=True, doc="local and hub: the held-out split's name")
+    decontaminate: _leaf(
+        list[Literal[tuple(decontamination.BENCHMARKS)]],
+        "a list of " + ", ".join(decontamination.BENCHMARKS) + " (empty: none)",
+        False,
+        "benchmarks whose prompts training must not hold: a training row sharing 8 words in a row with one is left "
+        "out and listed (stages/lib/decontamination.py)",
+    )
 
 
 class DatasetParams(DataSource):
