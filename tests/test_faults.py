@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -330,3 +331,26 @@ def second_repro_is_refused(root: Path) -> None:
     # it is being blocked by: (PID ...): dvc repro ..."
     assert "Unable to acquire lock" in said or "is busy, it is being blocked by" in said, said
     assert "Traceback" not in said
+
+
+@pytest.mark.skipif(bool(machine_faults.unavailable()), reason=str(machine_faults.unavailable()))
+@pytest.mark.parametrize("done", [False, True])
+def test_a_kill_for_memory_that_reads_as_a_clean_exit_is_said_when_the_work_is_unfinished(tmp_path, monkeypatch, done):
+    """A worker whose process the kernel's out-of-memory killer ended, yet which exits 0 (here a
+    shell whose child was killed: in one suite run MaxText itself read so), is a kill for memory
+    while the work is unfinished (training: no final checkpoint), and a success when it is done."""
+    from stages.lib import maxtext_process
+
+    monkeypatch.setattr(maxtext_process, "LOG_DIR", str(tmp_path))
+    with machine_faults.memory_group() as group:
+        group.limit(64 << 20)
+        grow = 'x = [bytearray(b"\\x01") * (16 << 20) for _ in range(64)]'
+        script = f"echo $$ > {group.path / 'cgroup.procs'}; sleep 2; {sys.executable} -c '{grow}'; exit 0"
+        worker = maxtext_process.Worker("MaxText", ["sh", "-c", script], dict(os.environ), str(tmp_path / "w.log"))
+        job = ("train", "maxtext.trainers.post_train.sft.train_sft", [worker], None, 0.5, "lower the batch")
+        if done:
+            maxtext_process.run_workers(*job, finished=lambda: True)
+        else:
+            with pytest.raises(maxtext_process.MaxTextFailed, match="was killed by the kernel for lack of memory"):
+                maxtext_process.run_workers(*job, finished=lambda: False)
+        assert group.oom_kills() == 1

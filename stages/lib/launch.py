@@ -173,12 +173,13 @@ def run(
     work_name: str,
     progress=None,
     on_disk_full: str = hardware.FULL_DISK_ADVICE,
+    finished=None,
 ) -> None:
     """Runs the training on the recipe's launcher and waits for it: one process on this machine
     (maxtext_process.run), or a job of one per host. A failed or killed worker stops the job and the
     error names it (maxtext_process.run_workers)."""
     if one_process(params):
-        maxtext_process.run(stage, invocation, params, progress=progress, on_disk_full=on_disk_full)
+        maxtext_process.run(stage, invocation, params, progress=progress, on_disk_full=on_disk_full, finished=finished)
         return
     launcher = params["runtime"]["launcher"]
     if launcher == "xpk":
@@ -211,6 +212,7 @@ def run(
             progress,
             on_oom=maxtext_process.memory_advice(stage, params),
             on_disk_full=on_disk_full,
+            finished=finished,
         )
     except BaseException:
         if launcher == "slice":

@@ -232,17 +232,26 @@ def run(
     progress: Callable[[], str | None] | None = None,
     progress_every: float = 2.0,
     on_disk_full: str = hardware.FULL_DISK_ADVICE,
+    finished: Callable[[], bool] | None = None,
 ) -> str:
     """Runs the invocation as one child process of this machine and waits for it.
 
     `progress` is polled every `progress_every` seconds while it runs; a string it returns
     is printed when it differs from the last one printed. Returns the log path. Raises
     MaxTextFailed if the child exits non-zero, Interrupted if a signal stopped it.
+    `finished`: whether the work is done (run_workers).
     """
     log_path = os.path.join(LOG_DIR, f"{stage}.log")
     worker = Worker("MaxText", command(invocation), {**child_env(params), **invocation.env}, log_path)
     run_workers(
-        stage, invocation.module, [worker], progress, progress_every, memory_advice(stage, params), on_disk_full
+        stage,
+        invocation.module,
+        [worker],
+        progress,
+        progress_every,
+        memory_advice(stage, params),
+        on_disk_full,
+        finished,
     )
     return log_path
 
@@ -255,12 +264,16 @@ def run_workers(
     progress_every: float = 2.0,
     on_oom: str | None = None,
     on_disk_full: str = hardware.FULL_DISK_ADVICE,
+    finished: Callable[[], bool] | None = None,
 ) -> None:
     """Runs the workers of one job side by side and waits for all of them. The first to fail
     stops the others at once (in a multi-controller job they would wait forever for it) and
     the error names it. A worker the kernel's out-of-memory killer ended is said in one line
     with its peak memory, and `on_oom`: what to change; one that stopped on a full disk, with the
-    path and `on_disk_full`."""
+    path and `on_disk_full`. `finished` (training: the final checkpoint is there) tells a kill
+    read as a clean exit: in one run of the suite the kernel's OOM killer ended MaxText (the
+    kernel's log named it) and its exit still read as 0; with the work unfinished and a kill
+    counted, it is said as a kill for memory."""
     os.makedirs(LOG_DIR, exist_ok=True)
     verbose = os.environ.get("PIPELINE_VERBOSE") == "1"
     logs = ", ".join(w.log_path for w in workers)
@@ -322,12 +335,16 @@ def run_workers(
                     child.wait()
             stop_descendants()  # MaxText's data workers outlive a killed MaxText
     elapsed = time.monotonic() - started
+    killed_for_memory = any(oom_kills(c) > before for c, before in oom_before.items())
+    if failed is None and on_oom and killed_for_memory and finished is not None and not finished():
+        raise MaxTextFailed(
+            out_of_memory(module, elapsed, max(peaks.values(), default=0), progress_every, on_oom), workers[0].log_path
+        )
     if failed is not None:
         code = children[workers.index(failed)].returncode
         if code in (-signal.SIGTERM, -signal.SIGINT):
             raise Interrupted(f"{module} stopped by {signal.Signals(-code).name} after {elapsed:.0f} s")
         # (128 + 9: a worker started through a shell, which reports its child's SIGKILL so.)
-        killed_for_memory = any(oom_kills(c) > before for c, before in oom_before.items())
         if code in (-signal.SIGKILL, 128 + signal.SIGKILL) and on_oom and killed_for_memory:
             peak = peaks.get(children[workers.index(failed)].pid, 0)
             raise MaxTextFailed(out_of_memory(module, elapsed, peak, progress_every, on_oom), failed.log_path)

@@ -132,7 +132,15 @@ class TrainingStage:
             f"A checkpoint needs ~{checkpoint_gb:.2f} GB, {keep + 1} at once, in {work.url}: free that much (or move "
             "runtime.scratch_dir), then `dvc repro` resumes from the last whole checkpoint"
         )
-        launch.run(self.name, job, params, work.name, progress, on_disk_full=full)
+        launch.run(
+            self.name,
+            job,
+            params,
+            work.name,
+            progress,
+            on_disk_full=full,
+            finished=lambda: total in work.complete_steps(),
+        )
         work.prune(keep)
         work.save(workdir.METRICS_FILE)
         if total not in work.complete_steps():
