@@ -149,9 +149,8 @@ def test_a_finished_variant_is_published_not_trained_again_on_another_vm(experim
     sh(["dvc", "exp", "pull", "origin", AS_RECIPE, "--no-cache"], vm, **cloud)
     sh(["dvc", "exp", "branch", AS_RECIPE, "vm-3"], vm, **cloud)
     sh(["git", "checkout", "-q", "vm-3"], vm)
-    sh(
-        ["dvc", "pull", "base_model", "dataset", "constraints", "token_lengths", "convert_in"], vm, **cloud
-    )  # its inputs
+    inputs = ["base_model", "dataset", "constraints", "token_lengths", "convert_in"]
+    sh(["dvc", "pull", *inputs], vm, **cloud)
     # --force: the train stage runs although the remote holds its outputs, as if they had never been pushed.
     proc = sh(["dvc", "repro", "--single-item", "--force", "train"], vm, **cloud)
     out = proc.stdout + proc.stderr

@@ -181,8 +181,12 @@ def test_the_data_lock_pins_what_the_recipes_read():
         package_data.locate(pin, "recipe")
 
 
-def test_a_split_whose_every_row_holds_a_benchmark_prompt_is_refused_by_name():
-    selection = chat.Selection("train.jsonl", "messages", exclude=lambda record: "shares 8 words with ifeval prompt 3")
-    rows = [(1, {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}, None)]
-    with pytest.raises(UserError, match=r"every row shares .* \(shares 8 words with ifeval prompt 3\); check dataset"):
+@pytest.mark.parametrize("bad_rows", [0, 1])
+def test_a_split_whose_every_good_row_holds_a_benchmark_prompt_is_refused_by_name(bad_rows):
+    """Refused, not written empty, whether or not bad rows were skipped beside them."""
+    why = "shares 8 words with ifeval prompt 3"
+    selection = chat.Selection("train.jsonl", "messages", "skip", 0.5, exclude=lambda record: why)
+    good = {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}
+    rows = [(1, good, None), (2, good, None)] + [(3, None, "not JSON")] * bad_rows
+    with pytest.raises(UserError, match=r"every good row shares .* \(shares 8 words with ifeval prompt 3\); check"):
         list(selection.rows(rows))

@@ -244,9 +244,9 @@ class Selection:
 
     def check(self) -> None:
         seen = self.kept + len(self.skipped) + len(self.excluded)
-        if self.kept == 0 and self.excluded and not self.skipped:
+        if self.kept == 0 and self.excluded:  # (the rest, if any, bad rows skipped)
             raise UserError(
-                f"{self.where}: every row shares a run of words with a benchmark prompt "
+                f"{self.where}: every good row shares a run of words with a benchmark prompt "
                 f"({self.excluded[0]['reason']}); check {self.section}.decontaminate"
             )
         if seen == 0:
